@@ -1,0 +1,274 @@
+"""Kernels on this machine: jupyter_client's AsyncKernelManager and ipykernel."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+import zmq
+import zmq.asyncio
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
+from jupyter_client.manager import AsyncKernelManager
+
+from .. import _kernel_boot
+from .._exceptions import KernelStartError
+from ._base import KernelMessage
+
+__all__ = ["LocalBackend"]
+
+_BOOT_SCRIPT = Path(_kernel_boot.__file__).resolve()
+_CONTEXT: zmq.asyncio.Context | None = None
+# Messages our side may queue unread: with the boot script's 64 KB stream
+# messages, a few MB at most; the kernel waits (TCP back-pressure) beyond it.
+_RECEIVE_QUEUE = 64
+_LIVE: set[LocalBackend] = set()  # killed at interpreter exit if still running
+
+
+def _context() -> zmq.asyncio.Context:
+    # One zmq context (one I/O thread) for every kernel, not one each.
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = zmq.asyncio.Context()
+        _CONTEXT.setsockopt(zmq.RCVHWM, _RECEIVE_QUEUE)
+    return _CONTEXT
+
+
+class _BootSpecs(KernelSpecManager):  # type: ignore[misc]
+    """Serves a spec that launches ipykernel through kernelexec's boot script."""
+
+    def __init__(self, python: str) -> None:
+        super().__init__()
+        self._argv = [python, str(_BOOT_SCRIPT), "-f", "{connection_file}"]
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        return KernelSpec(
+            argv=self._argv, display_name="Python 3 (kernelexec)", language="python",
+            interrupt_mode="signal", env={}, metadata={},
+        )
+
+
+class LocalBackend:
+    """A kernel process on this machine, in its own process group.
+
+    With the default kernel (or ``python=`` another interpreter) the kernel is
+    launched through kernelexec's boot script, which kills the kernel's whole
+    process group if this process dies and keeps stream messages small. Any
+    other ``kernel_name`` is launched from its installed kernelspec as is.
+
+    Args:
+        kernel_name: an installed kernelspec; "python3" means the boot script.
+        python: the interpreter for the kernel; default, this one.
+        startup_timeout: seconds to wait for a new kernel to answer.
+    """
+
+    def __init__(
+        self, *, kernel_name: str = "python3", python: str | None = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        self.kernel_name = kernel_name
+        self.python = python
+        self.startup_timeout = startup_timeout
+        self._km: AsyncKernelManager | None = None
+        self._kc: AsyncKernelClient | None = None
+        self._poller: zmq.asyncio.Poller | None = None
+        self._sockets: list[tuple[zmq.asyncio.Socket, str]] = []
+        self._pending: deque[KernelMessage] = deque()
+        self._stderr: IO[bytes] | None = None
+        self._pgid: int | None = None
+        self._returncode: int | None = None
+        self._cwd = Path.cwd()
+        self._env: dict[str, str] = {}
+
+    async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
+        self._cwd, self._env = cwd, env
+        km = self._manager()
+        self._stderr = tempfile.TemporaryFile()
+        self._returncode = None
+        try:
+            await km.start_kernel(cwd=str(cwd), env=env, stdout=subprocess.DEVNULL,
+                                  stderr=self._stderr)
+        except NoSuchKernel as exc:
+            raise KernelStartError(
+                f"no kernelspec named {self.kernel_name!r}; list them with "
+                "`jupyter kernelspec list`, or leave kernel_name at 'python3'"
+            ) from exc
+        except OSError as exc:
+            raise KernelStartError(f"could not launch the kernel: {exc}") from exc
+        self._km = km
+        self._pgid = getattr(km.provisioner, "pgid", None)
+        _LIVE.add(self)
+        kc: AsyncKernelClient = km.client()
+        kc.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
+        self._kc = kc
+        self._sockets = [
+            (kc.iopub_channel.socket, "iopub"),
+            (kc.shell_channel.socket, "shell"),
+            (kc.stdin_channel.socket, "stdin"),
+        ]
+        self._poller = zmq.asyncio.Poller()
+        for sock, _ in self._sockets:
+            self._poller.register(sock, zmq.POLLIN)
+        try:
+            await self._wait_ready()
+        except KernelStartError:
+            await self.shutdown()
+            raise
+
+    async def execute(self, code: str, *, allow_stdin: bool) -> str:
+        assert self._kc is not None, "start() first"
+        msg_id: str = self._kc.execute(
+            code, silent=False, store_history=True, allow_stdin=allow_stdin, stop_on_error=False
+        )
+        return msg_id
+
+    async def receive(self, timeout: float) -> KernelMessage | None:
+        if self._pending:
+            return self._pending.popleft()
+        if self._poller is None:
+            await asyncio.sleep(timeout)
+            return None
+        ready = dict(await self._poller.poll(max(0, int(timeout * 1000))))
+        for sock, channel in self._sockets:
+            if sock in ready:
+                self._pending.append((channel, await self._recv(sock)))
+        return self._pending.popleft() if self._pending else None
+
+    async def send_input(self, value: str) -> None:
+        assert self._kc is not None
+        self._kc.input(value)
+
+    async def interrupt(self) -> None:
+        if self._km is not None and await self.is_alive():
+            await self._km.interrupt_kernel()
+
+    async def restart(self) -> None:
+        await self.shutdown(now=True)
+        await self.start(cwd=self._cwd, env=self._env)
+
+    async def shutdown(self, *, now: bool = False) -> None:
+        km, kc = self._km, self._kc
+        self._km = self._kc = self._poller = None
+        self._sockets, self._pending = [], deque()
+        if kc is not None:
+            kc.stop_channels()
+        if km is not None:
+            km.shutdown_wait_time = 1.0
+            try:
+                await asyncio.wait_for(km.shutdown_kernel(now=now), timeout=5)
+            except (asyncio.TimeoutError, OSError, RuntimeError):
+                pass  # the group kill below is what guarantees the end
+        self._kill_group()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    async def is_alive(self) -> bool:
+        km = self._km
+        if km is None:
+            return False
+        process = getattr(km.provisioner, "process", None)
+        if process is None:
+            return False
+        code = process.poll()
+        if code is None:
+            return True
+        self._returncode = code
+        return False
+
+    def exit_reason(self) -> str | None:
+        return _describe_exit(self._returncode)
+
+    # -- internals
+
+    def _manager(self) -> AsyncKernelManager:
+        if self.python is None and self.kernel_name != "python3":
+            return AsyncKernelManager(kernel_name=self.kernel_name, context=_context())
+        python = self.python or sys.executable
+        return AsyncKernelManager(
+            kernel_name="kernelexec-python", kernel_spec_manager=_BootSpecs(python),
+            context=_context(),
+        )
+
+    async def _recv(self, sock: zmq.asyncio.Socket) -> dict[str, Any]:
+        assert self._kc is not None
+        session = self._kc.session
+        parts = await sock.recv_multipart(copy=False)
+        _, parts = session.feed_identities(parts, copy=False)
+        msg: dict[str, Any] = session.deserialize(parts, content=True, copy=False)
+        return msg
+
+    async def _wait_ready(self) -> None:
+        # The kernel is ready once a kernel_info request's idle status arrives
+        # on IOPub: that also proves the subscription is live, so no output of
+        # the first execution can be missed.
+        assert self._kc is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            msg_id = self._kc.kernel_info()
+            retry = min(deadline, time.monotonic() + 1.0)
+            while time.monotonic() < retry:
+                item = await self.receive(0.1)
+                if item is None:
+                    if not await self.is_alive():
+                        raise KernelStartError(self._start_failure())
+                    continue
+                channel, msg = item
+                if (
+                    channel == "iopub"
+                    and msg["parent_header"].get("msg_id") == msg_id
+                    and msg["content"].get("execution_state") == "idle"
+                ):
+                    self._pending.clear()
+                    return
+        raise KernelStartError(
+            f"the kernel did not answer within {self.startup_timeout:g} s; "
+            "raise startup_timeout if this machine is slow"
+        )
+
+    def _start_failure(self) -> str:
+        if self._returncode == _kernel_boot.NO_IPYKERNEL:
+            python = self.python or sys.executable
+            return f"{python} cannot import ipykernel; install it with: {python} -m pip install ipykernel"
+        stderr = ""
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            stderr = self._stderr.read()[-2000:].decode("utf-8", "replace").strip()
+        return f"the kernel exited during start-up ({self.exit_reason()})" + (
+            f"; it said:\n{stderr}" if stderr else ""
+        )
+
+    def _kill_group(self) -> None:
+        _LIVE.discard(self)
+        if self._pgid is not None:
+            try:
+                os.killpg(self._pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._pgid = None
+
+
+def _describe_exit(code: int | None) -> str | None:
+    if code is None:
+        return None
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
+
+
+@atexit.register
+def _kill_leftover_kernels() -> None:
+    for backend in list(_LIVE):
+        backend._kill_group()

@@ -1,0 +1,107 @@
+"""The typed values kernelexec hands out and takes in.
+
+``ExecutionResult.to_dict()`` is the one wire format: the library, the HTTP
+server and the MCP server all serialize a result through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+__all__ = ["ExecutionError", "ExecutionResult", "Limits", "Status"]
+
+Status = Literal["ok", "error", "timeout", "kernel_died", "cancelled"]
+
+
+@dataclass(frozen=True)
+class ExecutionError:
+    """Why an execution failed: the Python exception, or kernelexec's refusal.
+
+    ``traceback`` holds plain lines, ANSI colour codes removed.
+    """
+
+    ename: str
+    evalue: str
+    traceback: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """What one execution did.
+
+    Attributes:
+        status: "ok", "error" (the code raised or was refused), "timeout"
+            (the kernel was interrupted, or restarted when that failed),
+            "kernel_died" (the kernel process ended) or "cancelled".
+        execution_count: the kernel's ``In[n]`` number, None if it never ran.
+        stdout, stderr: the streams, kept apart (long ones keep head and tail).
+        outputs: nbformat v4 outputs in order, as a notebook would store them.
+        error: the exception, for status "error" (and the interrupt of a timeout).
+        files: files this execution saved, relative to the work dir.
+        duration: seconds from sending the code to the result.
+        text: a concise rendering for an LLM: streams, results, the error, one
+            line per saved file; never base64; capped with head and tail kept.
+        restarted: the kernel was restarted, so earlier state is gone.
+        message: kernelexec's own account of anything beyond the code's output
+            (timeout, kernel death, restart, truncation), or None.
+        full_output: where the complete output was written when ``text`` or
+            the streams were cut, relative to the work dir.
+        language: the language the block ran as ("python" or "bash").
+    """
+
+    status: Status
+    execution_count: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    error: ExecutionError | None = None
+    files: list[str] = field(default_factory=list)
+    duration: float = 0.0
+    text: str = ""
+    restarted: bool = False
+    message: str | None = None
+    full_output: str | None = None
+    language: str = "python"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable dict; ``from_dict`` reads it back."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExecutionResult:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if values.get("error") is not None:
+            values["error"] = ExecutionError(**values["error"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps that keep one execution from swamping the caller or our memory.
+
+    Attributes:
+        max_text_chars: ``text`` beyond this keeps its head and tail and names
+            a file holding everything.
+        max_stream_chars: stdout/stderr kept in the result and transcript;
+            beyond it, head and tail are kept and the rest goes to a file.
+        max_outputs: rich outputs (displays, results) kept per execution.
+        max_code_chars: longer code is refused rather than sent to the kernel.
+    """
+
+    max_text_chars: int = 20_000
+    max_stream_chars: int = 200_000
+    max_outputs: int = 500
+    max_code_chars: int = 16_000_000
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if getattr(self, f.name) < 1_000 and f.name != "max_outputs":
+                raise ValueError(f"Limits.{f.name} must be at least 1000")
+        if self.max_outputs < 1:
+            raise ValueError("Limits.max_outputs must be at least 1")

@@ -1,0 +1,281 @@
+"""The Jupyter messaging protocol, folded into one execution's outputs.
+
+No I/O happens here: every backend feeds the kernel's messages for one
+``execute_request`` to an ``ExecutionReducer`` and reads the outcome when it is
+done. Recorded messages are enough to test it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from nbformat.v4 import output_from_msg
+
+from ._ansi import strip_ansi
+from ._models import ExecutionError, Limits
+
+__all__ = ["ExecutionReducer", "Folded"]
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Folded:
+    """What the messages of one execution came to."""
+
+    outputs: list[dict[str, Any]]
+    stdout: str
+    stderr: str
+    error: ExecutionError | None
+    execution_count: int | None
+    cut_chars: int
+    dropped_outputs: int
+    bad_messages: int
+
+
+class ExecutionReducer:
+    """Folds the messages of one execute request into notebook outputs.
+
+    It applies ``clear_output`` (also ``wait=True``) and
+    ``update_display_data`` as JupyterLab does, merges consecutive stream text,
+    and keeps memory bounded under a flood: past ``limits.max_stream_chars``
+    only the head and a rolling tail of the streams are kept, and once the
+    streams outgrow ``limits.max_text_chars`` every chunk is also written to
+    the sink that ``spill`` opens, so nothing printed is lost.
+
+    Args:
+        msg_id: the ``execute_request``'s id; other messages are ignored.
+        limits: the caps to apply.
+        spill: opens the sink for the complete stream output; None keeps none.
+    """
+
+    def __init__(
+        self, msg_id: str, *, limits: Limits, spill: Callable[[], TextIO] | None = None
+    ) -> None:
+        self.msg_id = msg_id
+        self.idle = False
+        self.replied = False
+        self.execution_count: int | None = None
+        self.error: ExecutionError | None = None
+        self._limits = limits
+        self._outputs: list[dict[str, Any]] = []
+        self._display_ids: dict[str, list[int]] = {}
+        self._clear_pending = False
+        self._rich_outputs = 0
+        self._dropped = 0
+        self._bad = 0
+        self._stream_chars = 0  # everything streamed, kept or not
+        self._head_chars = 0  # stream text kept in _outputs
+        self._tail: deque[list[str]] = deque()  # [name, text] after the head
+        self._tail_chars = 0
+        self._spill_opener = spill
+        self._spill: TextIO | None = None
+        self._handlers: dict[str, Callable[[Message], None]] = {
+            "status": self._on_status,
+            "execute_input": self._on_execute_input,
+            "stream": self._on_stream,
+            "display_data": self._on_display,
+            "execute_result": self._on_display,
+            "update_display_data": self._on_update_display,
+            "clear_output": self._on_clear_output,
+            "error": self._on_error,
+            "execute_reply": self._on_execute_reply,
+        }
+
+    @property
+    def done(self) -> bool:
+        """The kernel is idle again and has replied: nothing more will come."""
+        return self.idle and self.replied
+
+    @property
+    def spilled(self) -> bool:
+        return self._spill is not None
+
+    def feed(self, msg: Message) -> bool:
+        """Take one message; returns whether it belonged to this execution."""
+        parent = msg.get("parent_header") or {}
+        if parent.get("msg_id") != self.msg_id:
+            return False
+        handler = self._handlers.get(msg.get("header", {}).get("msg_type", ""))
+        if handler is not None:
+            try:
+                handler(msg)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                # A malformed message costs that message, never the execution.
+                self._bad += 1
+        return True
+
+    def add_stream(self, name: str, text: str) -> None:
+        """Append stream text that did not come from the kernel (an input echo)."""
+        self._stream(name, text)
+
+    def finish(self) -> Folded:
+        """The outcome so far; call once no more messages will be fed."""
+        if self._spill is not None:
+            self._spill.close()
+        outputs = list(self._outputs)
+        cut = self._stream_chars - self._head_chars - self._tail_chars
+        if self._tail:
+            first = self._tail[0][0]
+            if cut:
+                outputs.append(_stream_output(first, f"\n[... {cut:,} characters cut ...]\n"))
+            for name, text in self._tail:
+                _append_stream(outputs, name, text)
+        return Folded(
+            outputs=outputs,
+            stdout=_join_stream(outputs, "stdout"),
+            stderr=_join_stream(outputs, "stderr"),
+            error=self.error,
+            execution_count=self.execution_count,
+            cut_chars=cut,
+            dropped_outputs=self._dropped,
+            bad_messages=self._bad,
+        )
+
+    # -- handlers, one per message type
+
+    def _on_status(self, msg: Message) -> None:
+        if msg["content"]["execution_state"] == "idle":
+            self.idle = True
+
+    def _on_execute_input(self, msg: Message) -> None:
+        self.execution_count = msg["content"].get("execution_count", self.execution_count)
+
+    def _on_stream(self, msg: Message) -> None:
+        content = msg["content"]
+        name, text = content["name"], content["text"]
+        if name not in ("stdout", "stderr") or not isinstance(text, str):
+            raise ValueError("not a stream")
+        self._stream(name, text)
+
+    def _on_display(self, msg: Message) -> None:
+        output = output_from_msg(msg)
+        self._apply_pending_clear()
+        if self._rich_outputs >= self._limits.max_outputs:
+            self._dropped += 1
+            return
+        self._rich_outputs += 1
+        display_id = (msg["content"].get("transient") or {}).get("display_id")
+        if display_id:
+            self._display_ids.setdefault(display_id, []).append(len(self._outputs))
+        self._outputs.append(output)
+
+    def _on_update_display(self, msg: Message) -> None:
+        content = msg["content"]
+        display_id = (content.get("transient") or {}).get("display_id")
+        for index in self._display_ids.get(display_id, []):
+            self._outputs[index]["data"] = content["data"]
+            self._outputs[index]["metadata"] = content.get("metadata", {})
+
+    def _on_clear_output(self, msg: Message) -> None:
+        if msg["content"].get("wait"):
+            self._clear_pending = True
+        else:
+            self._clear()
+
+    def _on_error(self, msg: Message) -> None:
+        output = output_from_msg(msg)
+        self._apply_pending_clear()
+        self._outputs.append(output)
+        self.error = _error_from(msg["content"])
+
+    def _on_execute_reply(self, msg: Message) -> None:
+        content = msg["content"]
+        self.replied = True
+        if content.get("execution_count") is not None:
+            self.execution_count = content["execution_count"]
+        status = content.get("status")
+        if status == "error" and self.error is None:
+            self.error = _error_from(content)
+        elif status == "aborted" and self.error is None:
+            self.error = ExecutionError("Aborted", "the kernel aborted this execution")
+
+    # -- helpers
+
+    def _stream(self, name: str, text: str) -> None:
+        self._apply_pending_clear()
+        self._stream_chars += len(text)
+        if self._spill is None and self._stream_chars > self._limits.max_text_chars:
+            self._start_spill(text)
+        elif self._spill is not None:
+            self._spill.write(text)
+        head_room = self._limits.max_stream_chars // 2 - self._head_chars
+        if head_room > 0 and not self._tail:
+            kept = text[:head_room]
+            _append_stream(self._outputs, name, kept)
+            self._head_chars += len(kept)
+            text = text[head_room:]
+        if text:
+            self._keep_tail(name, text)
+
+    def _keep_tail(self, name: str, text: str) -> None:
+        budget = self._limits.max_stream_chars // 2
+        text = text[-budget:]
+        if self._tail and self._tail[-1][0] == name:
+            self._tail[-1][1] += text
+        else:
+            self._tail.append([name, text])
+        self._tail_chars += len(text)
+        while self._tail_chars > budget:
+            excess = self._tail_chars - budget
+            first = self._tail[0]
+            if len(first[1]) <= excess:
+                self._tail.popleft()
+                self._tail_chars -= len(first[1])
+            else:
+                first[1] = first[1][excess:]
+                self._tail_chars -= excess
+
+    def _start_spill(self, text: str) -> None:
+        if self._spill_opener is None:
+            return
+        self._spill = self._spill_opener()
+        for output in self._outputs:
+            if output.get("output_type") == "stream":
+                self._spill.write(output["text"])
+        for _, chunk in self._tail:
+            self._spill.write(chunk)
+        self._spill.write(text)
+
+    def _apply_pending_clear(self) -> None:
+        if self._clear_pending:
+            self._clear_pending = False
+            self._clear()
+
+    def _clear(self) -> None:
+        self._outputs.clear()
+        self._display_ids.clear()
+        self._tail.clear()
+        self._head_chars = self._tail_chars = self._stream_chars = 0
+        self._rich_outputs = 0
+
+
+def _error_from(content: dict[str, Any]) -> ExecutionError:
+    return ExecutionError(
+        ename=str(content.get("ename", "Error")),
+        evalue=strip_ansi(str(content.get("evalue", ""))),
+        traceback=[strip_ansi(str(line)) for line in content.get("traceback") or []],
+    )
+
+
+def _stream_output(name: str, text: str) -> dict[str, Any]:
+    return {"output_type": "stream", "name": name, "text": text}
+
+
+def _append_stream(outputs: list[dict[str, Any]], name: str, text: str) -> None:
+    if not text:
+        return
+    last = outputs[-1] if outputs else None
+    if last is not None and last.get("output_type") == "stream" and last.get("name") == name:
+        last["text"] += text
+    else:
+        outputs.append(_stream_output(name, text))
+
+
+def _join_stream(outputs: list[dict[str, Any]], name: str) -> str:
+    return "".join(
+        o["text"] for o in outputs if o.get("output_type") == "stream" and o.get("name") == name
+    )

@@ -1,0 +1,87 @@
+"""The concise ``text`` of a result: what an LLM should read, never base64."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ._ansi import strip_ansi
+from ._artifacts import Saved
+
+__all__ = ["cap_text", "collapse_carriage_returns", "render_outputs"]
+
+# Reprs that say nothing once the real payload was saved as a file.
+_EMPTY_REPR = re.compile(r"^<[^<>\n]*(?: object| at 0x[0-9a-fA-F]+|Figure size [^<>\n]*)>$")
+_TEXT_MIMETYPES = ("text/markdown", "text/latex")
+
+
+def render_outputs(outputs: list[dict[str, Any]], saved: Saved) -> str:
+    """One block of text for every output, in order."""
+    parts: list[str] = []
+    for index, output in enumerate(outputs):
+        kind = output.get("output_type")
+        if kind == "stream":
+            piece = collapse_carriage_returns(strip_ansi(_as_text(output.get("text", ""))))
+        elif kind == "error":
+            piece = strip_ansi("\n".join(_as_text(t) for t in output.get("traceback", [])))
+            if not piece.strip():
+                piece = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
+        else:
+            piece = _render_bundle(output.get("data") or {}, saved.get(index, []))
+        if piece:
+            parts.append(piece if piece.endswith("\n") else piece + "\n")
+    return "".join(parts)
+
+
+def cap_text(text: str, max_chars: int, full_output: str | None) -> str:
+    """Keeps the head and tail of ``text`` around a marker saying what was cut."""
+    if len(text) <= max_chars:
+        return text
+    keep = max_chars // 2
+    cut = len(text) - 2 * keep
+    where = f"; the full output is in {full_output}" if full_output else ""
+    return f"{text[:keep]}\n[... {cut:,} characters cut{where} ...]\n{text[-keep:]}"
+
+
+def collapse_carriage_returns(text: str) -> str:
+    """Shows each line as a terminal would leave it after ``\\r`` redraws."""
+    if "\r" not in text:
+        return text
+    lines = text.replace("\r\n", "\n").split("\n")
+    return "\n".join(_last_drawn(line) for line in lines)
+
+
+def _last_drawn(line: str) -> str:
+    segments = [s for s in line.split("\r") if s]
+    return segments[-1] if segments else ""
+
+
+def _render_bundle(data: dict[str, Any], files: list[tuple[str, str]]) -> str:
+    lines: list[str] = []
+    text = _bundle_text(data)
+    if text and not (files and _EMPTY_REPR.match(text.strip())):
+        lines.append(strip_ansi(text))
+    lines.extend(f"[{mimetype} saved to {path}]" for mimetype, path in files)
+    if not lines and data:
+        lines.append(f"[display of {', '.join(sorted(data))}]")
+    return "\n".join(lines)
+
+
+def _bundle_text(data: dict[str, Any]) -> str:
+    for mimetype in _TEXT_MIMETYPES:
+        if mimetype in data:
+            return _as_text(data[mimetype])
+    if "application/json" in data:
+        try:
+            return json.dumps(data["application/json"], indent=2, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return str(data["application/json"])
+    plain = data.get("text/plain")
+    return _as_text(plain) if plain is not None else ""
+
+
+def _as_text(value: object) -> str:
+    if isinstance(value, list):
+        return "".join(str(v) for v in value)
+    return value if isinstance(value, str) else str(value)

@@ -1,0 +1,394 @@
+"""AsyncSession: one kernel, one work dir, one transcript."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ._assemble import assemble, full_output_path, refusal
+from ._backends import KernelBackend, LocalBackend
+from ._environment import kernel_env
+from ._exceptions import ConfigurationError, SessionClosedError
+from ._languages import SUPPORTED_LANGUAGES, kernel_source, normalize_language
+from ._markdown import extract_code_blocks
+from ._models import ExecutionResult, Limits, Status
+from ._reducer import ExecutionReducer
+from ._run import Outcome, run_code
+from ._transcript import Transcript, code_cell, note_cell
+
+__all__ = ["AsyncSession"]
+
+_STATE_LOST = "all earlier state (variables, imports) is gone"
+
+
+class AsyncSession:
+    """A stateful kernel for an agent's code, with its files and transcript.
+
+    Executions on one session run one at a time, first come first served;
+    sessions are independent, so many can run at once in one event loop.
+
+    Args:
+        work_dir: the kernel's cwd, where outputs and the transcript go;
+            None makes a temp dir that is kept after close.
+        kernel_name: an installed kernelspec; "python3" is the default IPython kernel.
+        python: a Python (say a venv's) to host the kernel; it needs ipykernel.
+        env: variables for the kernel, on top of this process's environment
+            with credential-like names (TOKEN, SECRET, API_KEY, ...) removed.
+        timeout: default seconds per execution; on expiry the kernel is interrupted.
+        notebook: the transcript's file name in the work dir (or a path).
+        limits: caps on output kept per execution.
+        interrupt_grace: seconds an interrupted kernel gets to become idle
+            before it is restarted.
+        startup_timeout: seconds a new kernel gets to answer.
+        auto_restart: start a new kernel when the kernel dies.
+        backend: where the kernel runs; default a local process.
+    """
+
+    def __init__(
+        self,
+        work_dir: str | Path | None = None,
+        *,
+        kernel_name: str = "python3",
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+        notebook: str | Path = "transcript.ipynb",
+        limits: Limits | None = None,
+        interrupt_grace: float = 3.0,
+        startup_timeout: float = 60.0,
+        auto_restart: bool = True,
+        backend: KernelBackend | None = None,
+    ) -> None:
+        if not timeout > 0 or not interrupt_grace > 0:
+            raise ConfigurationError("timeout and interrupt_grace must be positive seconds")
+        self.work_dir = _prepare_work_dir(work_dir)
+        self.notebook_path = self.work_dir / notebook
+        self.timeout = timeout
+        self.limits = limits or Limits()
+        self.interrupt_grace = interrupt_grace
+        self.auto_restart = auto_restart
+        self._backend: KernelBackend = backend or LocalBackend(
+            kernel_name=kernel_name, python=python, startup_timeout=startup_timeout
+        )
+        self._env = kernel_env(env)
+        self._transcript = Transcript(self.notebook_path)
+        self._seq = self._transcript.code_cells
+        self._lock = asyncio.Lock()
+        self._kernel_up = False
+        self._restarting: asyncio.Task[None] | None = None
+        self._running = False
+        self._closed = False
+        self._dead: str | None = None  # why the kernel is down, when auto_restart is off
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "running" if self._kernel_up else "new"
+        return f"<AsyncSession {state} work_dir={str(self.work_dir)!r}>"
+
+    async def __aenter__(self) -> AsyncSession:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def start(self) -> AsyncSession:
+        """Starts the kernel now rather than on the first execution."""
+        async with self._lock:
+            await self._ensure_kernel()
+        return self
+
+    async def execute(
+        self,
+        code: str | bytes,
+        *,
+        language: str | None = "python",
+        timeout: float | None = None,
+        stdin: Sequence[str] | None = None,
+    ) -> ExecutionResult:
+        """Runs one block of code and returns what it did.
+
+        Args:
+            code: Python, or shell when ``language`` is "bash"/"sh"/"shell".
+            language: "python" (also "py", "python3", "ipython", None) or a shell.
+            timeout: seconds for this execution; default the session's.
+            stdin: answers for ``input()``/``getpass()``, in order. Without
+                them, asking for input fails at once instead of hanging.
+
+        Raises:
+            SessionClosedError: the session was closed.
+            KernelStartError: no kernel could be started for it.
+        """
+        self._check_open()
+        normalized = normalize_language(language)
+        text, refused = _check_code(code, language, normalized, self.limits)
+        async with self._lock:
+            if self._closed:
+                return _cancelled(normalized or "python")
+            if self._dead is not None:
+                return _kernel_down(self._dead, normalized or "python")
+            self._seq += 1
+            if refused is not None or normalized is None:
+                assert refused is not None
+                self._record_refusal(refused, text, language)
+                return refused
+            return await self._execute(text, normalized, timeout or self.timeout, stdin)
+
+    async def run_markdown(self, text: str) -> list[ExecutionResult]:
+        """Runs every fenced code block of a message in order, stopping after the first failure.
+
+        A block in a language kernelexec cannot run fails the message before
+        anything runs.
+        """
+        blocks = extract_code_blocks(text)
+        for block in blocks:
+            if normalize_language(block.language) is None:
+                return [await self.execute(block.code, language=block.language)]
+        results: list[ExecutionResult] = []
+        for block in blocks:
+            results.append(await self.execute(block.code, language=block.language or "python"))
+            if not results[-1].ok:
+                break
+        return results
+
+    async def interrupt(self) -> None:
+        """Interrupts whatever the kernel is running (a KeyboardInterrupt)."""
+        self._check_open()
+        if self._kernel_up:
+            await self._backend.interrupt()
+
+    async def restart(self) -> None:
+        """Replaces the kernel with a fresh one; a running execution is interrupted first."""
+        self._check_open()
+        if self._running:
+            await self._backend.interrupt()
+        async with self._lock:
+            self._dead = None
+            await self._await_pending_restart()
+            if self._kernel_up:
+                await self._backend.restart()
+            else:
+                await self._ensure_kernel()
+            self._transcript.add(note_cell(f"*kernelexec: kernel restarted on request; {_STATE_LOST}.*"))
+
+    async def flush(self) -> None:
+        """Returns once the transcript file holds every execution so far."""
+        await self._transcript.flush()
+
+    async def close(self) -> None:
+        """Shuts the kernel (and its children) down; files and transcript stay."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._running:
+            with contextlib.suppress(Exception):
+                await self._backend.interrupt()
+        try:
+            await asyncio.wait_for(self._lock.acquire(), self.interrupt_grace)
+            self._lock.release()
+        except asyncio.TimeoutError:
+            pass  # the shutdown below ends the stuck execution
+        if self._restarting is not None:
+            self._restarting.cancel()
+            with contextlib.suppress(BaseException):
+                await self._restarting
+        await self._backend.shutdown()
+        self._kernel_up = False
+        await self._transcript.flush()
+
+    # -- internals
+
+    async def _execute(
+        self, code: str, language: str, timeout: float, stdin: Sequence[str] | None
+    ) -> ExecutionResult:
+        started_wall, started = time.time(), time.monotonic()
+        await self._ensure_kernel()
+        revived = await self._revive_if_dead()
+        if self._dead is not None:
+            return _kernel_down(self._dead, language)
+        stem = f"{self._seq:04d}"
+        source = kernel_source(code, language)
+        spill_path = self.work_dir / full_output_path(stem)
+
+        def open_spill() -> Any:
+            spill_path.parent.mkdir(parents=True, exist_ok=True)
+            return spill_path.open("w", encoding="utf-8", errors="surrogatepass")
+
+        def reducer_factory(msg_id: str) -> ExecutionReducer:
+            return ExecutionReducer(msg_id, limits=self.limits, spill=open_spill)
+
+        self._running = True
+        try:
+            outcome = await run_code(
+                self._backend, source, reducer_factory=reducer_factory, timeout=timeout,
+                grace=self.interrupt_grace, stdin=stdin,
+            )
+        finally:
+            self._running = False
+        status, notes, restarted = self._judge(outcome, timeout)
+        if revived:
+            notes.insert(0, revived)
+            restarted = True
+        assembly = assemble(
+            outcome.reducer.finish(), status=status, language=language, work_dir=self.work_dir,
+            stem=stem, limits=self.limits, duration=time.monotonic() - started, notes=notes,
+            spilled=outcome.reducer.spilled, restarted=restarted,
+        )
+        result = assembly.result
+        self._transcript.add(code_cell(
+            source, assembly.outputs, execution_count=result.execution_count,
+            started=started_wall, finished=time.time(), failed=status != "ok",
+            kernelexec={"status": status, "language": language, "duration": result.duration,
+                        "files": result.files, "restarted": restarted, "message": result.message},
+        ))
+        if status == "kernel_died":
+            self._transcript.add(note_cell(f"*kernelexec: {result.message}*"))
+        if outcome.ending == "cancelled":
+            raise asyncio.CancelledError
+        return result
+
+    def _judge(self, outcome: Outcome, timeout: float) -> tuple[Status, list[str], bool]:
+        notes = list(outcome.notes)
+        reducer = outcome.reducer
+        if outcome.ending == "done":
+            return ("error" if reducer.error is not None else "ok"), notes, False
+        if outcome.ending == "died":
+            reason = self._backend.exit_reason() or "cause unknown"
+            then = (
+                "A new kernel is starting for the next execution."
+                if self.auto_restart else "Call restart() to start a new kernel."
+            )
+            notes.append(f"The kernel died ({reason}) while running this code; {_STATE_LOST}. {then}")
+            self._kernel_up = False
+            if self.auto_restart:
+                self._schedule_restart()
+            else:
+                self._dead = f"The kernel died ({reason})."
+            return "kernel_died", notes, self.auto_restart
+        what = f"Timed out after {timeout:g} s" if outcome.ending == "timeout" else "Cancelled"
+        if outcome.needs_restart:
+            notes.append(
+                f"{what}; the kernel did not stop within {self.interrupt_grace:g} s of an "
+                f"interrupt, so it was restarted and {_STATE_LOST}."
+            )
+            self._kernel_up = False
+            self._schedule_restart()
+            restarted = True
+        else:
+            notes.append(f"{what}; the kernel was interrupted and its state is kept.")
+            restarted = False
+        status: Status = "timeout" if outcome.ending == "timeout" else "cancelled"
+        return status, notes, restarted
+
+    def _schedule_restart(self) -> None:
+        # In the background, so the result of a death comes at once; the next
+        # execution waits for the new kernel.
+        self._restarting = asyncio.get_running_loop().create_task(self._backend.restart())
+
+    async def _await_pending_restart(self) -> None:
+        task, self._restarting = self._restarting, None
+        if task is not None:
+            await task  # a KernelStartError surfaces here, on the next call
+            self._kernel_up = True
+
+    async def _ensure_kernel(self) -> None:
+        self._check_open()
+        await self._await_pending_restart()
+        if not self._kernel_up:
+            await self._backend.start(cwd=self.work_dir, env=self._env)
+            self._kernel_up = True
+
+    async def _revive_if_dead(self) -> str | None:
+        """Restarts a kernel that died between executions; says so, or None."""
+        if await self._backend.is_alive():
+            return None
+        reason = self._backend.exit_reason() or "cause unknown"
+        said = f"The kernel had died since the last execution ({reason}); {_STATE_LOST}."
+        if not self.auto_restart:
+            self._dead = said
+            return None
+        self._transcript.add(note_cell(f"*kernelexec: {said} A new kernel was started.*"))
+        await self._backend.restart()
+        return f"{said} A new kernel was started before this code ran."
+
+    def _record_refusal(self, result: ExecutionResult, code: str, language: str | None) -> None:
+        with contextlib.suppress(UnicodeEncodeError):
+            code.encode("utf-8")
+            self._transcript.add(note_cell(
+                code[:10_000], kind="raw",
+                kernelexec={"status": "error", "language": language, "message": result.message},
+            ))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("this session is closed; create a new one")
+
+
+def _prepare_work_dir(work_dir: str | Path | None) -> Path:
+    if work_dir is None:
+        return Path(tempfile.mkdtemp(prefix="kernelexec-")).resolve()
+    path = Path(work_dir).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise ConfigurationError(f"work_dir {path} exists and is not a directory") from exc
+    except OSError as exc:
+        raise ConfigurationError(f"cannot create work_dir {path}: {exc}") from exc
+    return path
+
+
+def _check_code(
+    code: object, language: str | None, normalized: str | None, limits: Limits
+) -> tuple[str, ExecutionResult | None]:
+    """The code as text, and the refusal if it must not reach the kernel."""
+    shown = normalized or "python"
+    if isinstance(code, bytes):
+        try:
+            code = code.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return "", refusal("InvalidInput", f"code is not valid UTF-8 ({exc}); nothing was run",
+                               language=shown)
+    if not isinstance(code, str):
+        return "", refusal("InvalidInput", f"code must be text, not {type(code).__name__}",
+                           language=shown)
+    if normalized is None:
+        return code, refusal(
+            "UnsupportedLanguage",
+            f"cannot run {language!r} code; supported: {', '.join(SUPPORTED_LANGUAGES)}. "
+            "Nothing was run.",
+            language=str(language),
+        )
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return "", refusal("InvalidInput", f"code is not valid Unicode text ({exc.reason} at "
+                           f"position {exc.start}); nothing was run", language=shown)
+    if len(code) > limits.max_code_chars:
+        return "", refusal("InvalidInput", f"code is {len(code):,} characters, over the limit of "
+                           f"{limits.max_code_chars:,} (Limits.max_code_chars); nothing was run",
+                           language=shown)
+    return code, None
+
+
+def _cancelled(language: str) -> ExecutionResult:
+    message = "The session was closed before this code ran."
+    return ExecutionResult(status="cancelled", text=f"[kernelexec] {message}\n",
+                           message=message, language=language)
+
+
+def _kernel_down(why: str, language: str) -> ExecutionResult:
+    message = f"{why} auto_restart is off: call restart() to start a new kernel. Nothing was run."
+    return ExecutionResult(status="kernel_died", text=f"[kernelexec] {message}\n",
+                           message=message, language=language)

@@ -1,0 +1,123 @@
+"""Session: the synchronous face of AsyncSession.
+
+Every call runs the async method on one event loop in a daemon thread shared by
+all sync sessions, so a Session also works where an event loop is already
+running in the caller's thread (a Jupyter notebook, an async framework).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from ._models import ExecutionResult
+from ._session import AsyncSession
+
+__all__ = ["Session"]
+
+T = TypeVar("T")
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+_open: set[AsyncSession] = set()
+
+
+def _portal_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="kernelexec", daemon=True).start()
+        return _loop
+
+
+def _call(coro: Coroutine[Any, Any, T]) -> T:
+    future = asyncio.run_coroutine_threadsafe(coro, _portal_loop())
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        # Ctrl-C in the caller interrupts the kernel too, then propagates.
+        future.cancel()
+        try:
+            future.result(timeout=10)
+        except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError, Exception):
+            pass
+        raise
+
+
+class Session:
+    """A synchronous AsyncSession; takes the same arguments."""
+
+    def __init__(self, work_dir: str | Path | None = None, **options: Any) -> None:
+        self._async = AsyncSession(work_dir, **options)
+
+    def __repr__(self) -> str:
+        return repr(self._async).replace("AsyncSession", "Session", 1)
+
+    def __enter__(self) -> Session:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def work_dir(self) -> Path:
+        return self._async.work_dir
+
+    @property
+    def notebook_path(self) -> Path:
+        return self._async.notebook_path
+
+    @property
+    def closed(self) -> bool:
+        return self._async.closed
+
+    def start(self) -> Session:
+        _call(self._async.start())
+        _open.add(self._async)
+        return self
+
+    def execute(
+        self, code: str | bytes, *, language: str | None = "python",
+        timeout: float | None = None, stdin: Sequence[str] | None = None,
+    ) -> ExecutionResult:
+        _open.add(self._async)
+        return _call(self._async.execute(code, language=language, timeout=timeout, stdin=stdin))
+
+    def run_markdown(self, text: str) -> list[ExecutionResult]:
+        _open.add(self._async)
+        return _call(self._async.run_markdown(text))
+
+    def interrupt(self) -> None:
+        _call(self._async.interrupt())
+
+    def restart(self) -> None:
+        _call(self._async.restart())
+
+    def flush(self) -> None:
+        _call(self._async.flush())
+
+    def close(self) -> None:
+        _open.discard(self._async)
+        _call(self._async.close())
+
+
+@atexit.register
+def _close_open_sessions() -> None:
+    # Flushes transcripts and stops kernels of sessions nobody closed.
+    if _loop is None or not _open:
+        return
+    for session in list(_open):
+        try:
+            asyncio.run_coroutine_threadsafe(session.close(), _loop).result(timeout=10)
+        except Exception:
+            pass

@@ -1,0 +1,165 @@
+"""The session's notebook on disk: one code cell per execution.
+
+Every execution lands in the file right after it finishes, but never on the
+execution's own path: each cell is serialized once, and a background task
+rewrites the file from those cached pieces in a worker thread, atomically (a
+temp file, then a rename), so a crash never leaves a torn notebook. Bursts of
+executions coalesce into one write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Transcript", "code_cell", "note_cell"]
+
+log = logging.getLogger("kernelexec")
+
+NBFORMAT, NBFORMAT_MINOR = 4, 5
+_METADATA: dict[str, Any] = {
+    "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+    "language_info": {"name": "python"},
+}
+
+
+class Transcript:
+    """A notebook file that grows by appending cells.
+
+    An existing notebook at ``path`` is continued; one that cannot be read is
+    moved aside (``.broken-<time>``) rather than overwritten.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cells: list[dict[str, Any] | str] = []  # str once serialized
+        self._metadata: dict[str, Any] = dict(_METADATA)
+        self._code_cells = 0
+        self._dirty = False
+        self._writer: asyncio.Task[None] | None = None
+        self.write_error: str | None = None
+        if path.exists():
+            self._load()
+
+    @property
+    def code_cells(self) -> int:
+        """How many code cells the notebook holds, earlier sessions' included."""
+        return self._code_cells
+
+    def add(self, cell: dict[str, Any]) -> None:
+        """Appends a cell and schedules the file's rewrite."""
+        self._cells.append(cell)
+        self._code_cells += cell.get("cell_type") == "code"
+        self._dirty = True
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_while_dirty())
+
+    async def flush(self) -> None:
+        """Returns once the file holds every cell added so far."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    def to_json(self) -> str:
+        """The notebook as the file will hold it."""
+        return self._assemble([c if isinstance(c, str) else _dump(c) for c in self._cells])
+
+    async def _write_while_dirty(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            snapshot = list(self._cells)
+            try:
+                pieces = await asyncio.to_thread(self._write, snapshot)
+            except OSError as exc:
+                self.write_error = f"could not write {self.path}: {exc}"
+                log.warning("kernelexec: %s", self.write_error)
+                continue
+            self.write_error = None
+            for index, piece in enumerate(pieces):
+                self._cells[index] = piece
+
+    def _write(self, snapshot: list[dict[str, Any] | str]) -> list[str]:
+        pieces = [c if isinstance(c, str) else _dump(c) for c in snapshot]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        temp.write_text(self._assemble(pieces), encoding="utf-8")
+        os.replace(temp, self.path)
+        return pieces
+
+    def _assemble(self, pieces: list[str]) -> str:
+        head = '{\n "cells": [\n'
+        tail = (
+            f'\n ],\n "metadata": {json.dumps(self._metadata, sort_keys=True)},\n'
+            f' "nbformat": {NBFORMAT},\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'
+        )
+        return head + ",\n".join(pieces) + tail
+
+    def _load(self) -> None:
+        try:
+            notebook = json.loads(self.path.read_text(encoding="utf-8"))
+            cells = notebook["cells"]
+            if not isinstance(cells, list):
+                raise TypeError("cells is not a list")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            aside = self.path.with_name(f"{self.path.name}.broken-{int(time.time())}")
+            log.warning("kernelexec: %s is not a notebook (%s); moved to %s", self.path, exc, aside)
+            self.path.rename(aside)
+            return
+        self._cells = [_dump(c) for c in cells]
+        self._code_cells = sum(1 for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
+        self._metadata = {**_METADATA, **(notebook.get("metadata") or {})}
+
+
+def code_cell(
+    source: str,
+    outputs: list[dict[str, Any]],
+    *,
+    execution_count: int | None,
+    started: float,
+    finished: float,
+    kernelexec: dict[str, Any],
+    failed: bool,
+) -> dict[str, Any]:
+    """A code cell for one execution, with nbclient-style timing metadata.
+
+    Failed cells carry the ``raises-exception`` tag, so nbclient replays the
+    notebook past them as it would any notebook that documents an error.
+    """
+    metadata: dict[str, Any] = {
+        "execution": {"iopub.execute_input": _iso(started), "shell.execute_reply": _iso(finished)},
+        "kernelexec": kernelexec,
+    }
+    if failed:
+        metadata["tags"] = ["raises-exception"]
+    return {
+        "cell_type": "code",
+        "execution_count": execution_count,
+        "id": uuid.uuid4().hex[:12],
+        "metadata": metadata,
+        "outputs": outputs,
+        "source": source,
+    }
+
+
+def note_cell(text: str, *, kind: str = "markdown", kernelexec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A markdown (or raw) cell recording what happened outside any code."""
+    return {
+        "cell_type": kind,
+        "id": uuid.uuid4().hex[:12],
+        "metadata": {"kernelexec": kernelexec or {}},
+        "source": text,
+    }
+
+
+def _dump(cell: dict[str, Any]) -> str:
+    return json.dumps(cell, indent=1, sort_keys=True, ensure_ascii=False)
+
+
+def _iso(timestamp: float) -> str:
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(timestamp))
+    return f"{seconds}.{int(timestamp % 1 * 1_000_000):06d}Z"

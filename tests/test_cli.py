@@ -1,0 +1,57 @@
+"""``kernelexec run`` as a user runs it: a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+SAMPLE = """# Analysis
+```python
+import matplotlib.pyplot as plt
+xs = list(range(5))
+plt.plot(xs, [x * x for x in xs]); plt.show()
+print("sum", sum(xs))
+```
+```bash
+ls outputs
+```
+"""
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kernelexec", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_run_markdown_leaves_images_and_transcript(tmp_path: Path) -> None:
+    (tmp_path / "sample.md").write_text(SAMPLE)
+    work = tmp_path / "D"
+    proc = run("run", str(tmp_path / "sample.md"), "--work-dir", str(work))
+    assert proc.returncode == 0, proc.stderr
+    assert "sum 10" in proc.stdout and "0001-1.png" in proc.stdout
+    assert (work / "outputs" / "0001-1.png").exists()
+    nbformat.validate(nbformat.read(work / "transcript.ipynb", as_version=4))
+
+
+def test_failing_block_exits_1_and_json_lines(tmp_path: Path) -> None:
+    (tmp_path / "bad.md").write_text("```python\nprint('ok')\n```\n```python\n1/0\n```\n")
+    proc = run("run", str(tmp_path / "bad.md"), "--work-dir", str(tmp_path / "D"), "--json")
+    assert proc.returncode == 1
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["status"] for r in lines] == ["ok", "error"]
+    assert lines[1]["error"]["ename"] == "ZeroDivisionError"
+
+
+def test_python_file_runs_as_one_block(tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text("total = sum(range(4))\nprint(total)\n")
+    proc = run("run", str(tmp_path / "job.py"), "--work-dir", str(tmp_path / "D"))
+    assert proc.returncode == 0 and proc.stdout == "6\n"
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    proc = run("run", str(tmp_path / "nope.md"))
+    assert proc.returncode == 2 and "cannot read" in proc.stderr and "Traceback" not in proc.stderr

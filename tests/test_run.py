@@ -1,0 +1,162 @@
+"""Timeouts that interrupt, cancellation, kernel death, stdin: real kernels, real faults."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from kernelexec import AsyncSession
+
+IGNORE_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+
+
+async def kernel_pid(session: AsyncSession) -> int:
+    return int((await session.execute("import os; os.getpid()")).text)
+
+
+async def test_timeout_interrupts_and_keeps_state(session: AsyncSession) -> None:
+    await session.execute("x = 1")
+    started = time.monotonic()
+    result = await session.execute("print('partial', flush=True)\nwhile True: pass", timeout=2)
+    elapsed = time.monotonic() - started
+    assert result.status == "timeout" and not result.restarted
+    assert elapsed < 4.5, elapsed  # the acceptance: "within about 3 s"
+    assert result.stdout == "partial\n"  # partial output kept
+    assert "Timed out after 2 s" in result.text and "state is kept" in result.text
+    assert (await session.execute("x")).text == "1\n"
+
+
+async def test_timeout_restarts_a_kernel_that_ignores_interrupts(tmp_path: Path) -> None:
+    async with AsyncSession(tmp_path, interrupt_grace=1.0) as s:
+        await s.execute("x = 1")
+        result = await s.execute(IGNORE_SIGINT + "while True: pass", timeout=1)
+        assert result.status == "timeout" and result.restarted
+        assert "restarted" in result.text and "gone" in result.text
+        after = await s.execute("print('alive'); 'x' in globals()")
+        assert after.ok and after.text == "alive\nFalse\n"
+
+
+async def test_no_message_of_an_interrupted_execution_leaks_into_the_next(session: AsyncSession) -> None:
+    code = "import time\nfor i in range(100):\n    print('old', i, flush=True)\n    time.sleep(0.05)"
+    first = await session.execute(code, timeout=0.5)
+    assert first.status == "timeout"
+    nxt = await session.execute("print('new')")
+    assert nxt.text == "new\n" and "old" not in nxt.stdout
+
+
+async def test_cancellation_interrupts_the_kernel_then_propagates(session: AsyncSession) -> None:
+    await session.execute("x = 7")
+    task = asyncio.create_task(session.execute("import time\nwhile True: time.sleep(0.01)"))
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    started = time.monotonic()
+    assert (await session.execute("x")).text == "7\n"
+    assert time.monotonic() - started < 2  # interrupted, not still looping
+    await session.flush()
+    cells = nbformat.read(session.notebook_path, as_version=4).cells
+    assert cells[-2].metadata["kernelexec"]["status"] == "cancelled"
+
+
+async def test_interrupt_from_outside_stops_a_running_execution(session: AsyncSession) -> None:
+    task = asyncio.create_task(session.execute("import time\ntime.sleep(30)"))
+    await asyncio.sleep(1.0)
+    await session.interrupt()
+    result = await asyncio.wait_for(task, 5)
+    assert result.status == "error" and result.error is not None
+    assert result.error.ename == "KeyboardInterrupt"
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        ("import os; os._exit(1)", "exit status 1"),
+        ("import ctypes; ctypes.string_at(0)", "signal SIGSEGV"),
+    ],
+)
+async def test_kernel_death_from_inside_is_reported_fast(
+    session: AsyncSession, code: str, reason: str
+) -> None:
+    await session.execute("x = 1")
+    started = time.monotonic()
+    result = await session.execute("import time; time.sleep(0.3)\n" + code)
+    assert time.monotonic() - started - 0.3 < 2
+    assert result.status == "kernel_died" and result.restarted
+    assert reason in result.text and "gone" in result.text
+    after = await session.execute("print('alive'); 'x' in globals()")
+    assert after.text == "alive\nFalse\n"
+    await session.flush()
+    cells = nbformat.read(session.notebook_path, as_version=4).cells
+    assert any("kernel died" in c.source for c in cells if c.cell_type == "markdown")
+
+
+async def test_sigkill_from_outside_during_execution(session: AsyncSession) -> None:
+    pid = await kernel_pid(session)
+    task = asyncio.create_task(session.execute("import time\ntime.sleep(60)"))
+    await asyncio.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    result = await asyncio.wait_for(task, 5)
+    assert time.monotonic() - killed < 2
+    assert result.status == "kernel_died" and "SIGKILL" in (result.message or "")
+    assert (await session.execute("1 + 1")).text == "2\n"
+
+
+async def test_sigkill_between_executions(session: AsyncSession) -> None:
+    await session.execute("x = 1")
+    os.kill(await kernel_pid(session), signal.SIGKILL)
+    await asyncio.sleep(0.3)
+    result = await session.execute("print('ran'); 'x' in globals()")
+    assert result.ok and result.restarted
+    assert result.text.startswith("ran\nFalse\n")
+    assert "had died since the last execution (signal SIGKILL)" in result.text
+
+
+async def test_without_auto_restart_a_dead_kernel_stays_dead_until_restart(tmp_path: Path) -> None:
+    async with AsyncSession(tmp_path, auto_restart=False) as s:
+        died = await s.execute("import os; os._exit(3)")
+        assert died.status == "kernel_died" and not died.restarted
+        again = await s.execute("1")
+        assert again.status == "kernel_died" and "restart()" in again.text
+        await s.restart()
+        assert (await s.execute("1 + 1")).text == "2\n"
+
+
+async def test_input_fails_at_once_by_default(session: AsyncSession) -> None:
+    started = time.monotonic()
+    result = await session.execute("name = input('name? ')")
+    assert time.monotonic() - started < 1
+    assert result.status == "error" and result.error is not None
+    assert result.error.ename == "StdinNotImplementedError"
+
+
+async def test_input_gets_the_answers_given(session: AsyncSession) -> None:
+    result = await session.execute(
+        "import getpass\na = input('name? ')\nb = getpass.getpass('pw? ')\nprint(a, len(b))",
+        stdin=["ada", "secret"],
+    )
+    assert result.ok, result.text
+    assert result.text == "name? ada\npw? \nada 6\n"
+
+
+async def test_input_beyond_the_answers_is_interrupted(session: AsyncSession) -> None:
+    started = time.monotonic()
+    result = await session.execute("a = input(); b = input()", stdin=["only one"])
+    assert time.monotonic() - started < 3
+    assert result.status == "error" and "more input than was given" in result.text
+
+
+async def test_restart_clears_state_and_interrupts_a_running_execution(session: AsyncSession) -> None:
+    await session.execute("x = 1")
+    task = asyncio.create_task(session.execute("import time\ntime.sleep(30)"))
+    await asyncio.sleep(0.5)
+    await asyncio.wait_for(session.restart(), 10)
+    assert (await task).status == "error"
+    assert (await session.execute("'x' in globals()")).text == "False\n"

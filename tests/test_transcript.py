@@ -1,0 +1,71 @@
+"""The transcript: a valid notebook, one cell per execution, that nbclient replays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from kernelexec import AsyncSession
+
+
+async def test_transcript_validates_and_replays_with_the_same_stdout(tmp_path: Path) -> None:
+    async with AsyncSession(tmp_path / "w") as s:
+        results = [
+            await s.execute("x = 20\nprint('x is', x)"),
+            await s.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()"),
+            await s.execute("print('before'); 1/0"),
+            await s.execute("echo from bash", language="bash"),
+            await s.execute("print(x * 2)"),
+            await s.execute("nope", language="ruby"),
+        ]
+        path = s.notebook_path
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert len(code) == 5
+    assert [c.source for c in code][3] == "%%bash\necho from bash"
+    assert code[1].outputs[0]["output_type"] == "display_data"
+    assert "image/png" in code[1].outputs[0]["data"]  # inline, as any notebook
+    assert code[2].metadata["tags"] == ["raises-exception"]
+    assert code[2].metadata["kernelexec"]["status"] == "error"
+    assert "iopub.execute_input" in code[0].metadata["execution"]
+    assert [c.execution_count for c in code] == [r.execution_count for r in results[:5]]
+    assert nb.cells[-1].cell_type == "raw"  # the refused ruby block, kept out of replay
+
+    NotebookClient(nb, timeout=60, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path / "w")}}).execute()
+    replayed = [c for c in nb.cells if c.cell_type == "code"]
+    for cell, result in zip(replayed, results[:5]):
+        stdout = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+        assert stdout == result.stdout
+
+
+async def test_transcript_is_rewritten_after_every_execution(tmp_path: Path) -> None:
+    async with AsyncSession(tmp_path) as s:
+        for i in range(3):
+            await s.execute(f"print({i})")
+            await s.flush()
+            nb = nbformat.read(s.notebook_path, as_version=4)
+            nbformat.validate(nb)
+            assert len(nb.cells) == i + 1
+        assert not list(tmp_path.glob(".*.tmp"))
+
+
+async def test_a_new_session_continues_an_existing_transcript(tmp_path: Path) -> None:
+    async with AsyncSession(tmp_path) as s:
+        first = await s.execute("from IPython.display import SVG; SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')")
+    async with AsyncSession(tmp_path) as s:
+        second = await s.execute("from IPython.display import SVG; SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')")
+    nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
+    assert len(nb.cells) == 2
+    assert first.files != second.files  # numbering continues, nothing overwritten
+
+
+async def test_a_broken_transcript_is_moved_aside_not_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "transcript.ipynb").write_text("{ not json")
+    async with AsyncSession(tmp_path) as s:
+        await s.execute("1")
+    assert [p.read_text() for p in tmp_path.glob("transcript.ipynb.broken-*")] == ["{ not json"]
+    nbformat.validate(nbformat.read(tmp_path / "transcript.ipynb", as_version=4))
