@@ -17,9 +17,11 @@ from nbformat.v4 import output_from_msg
 from ._ansi import strip_ansi
 from ._models import ExecutionError, Limits
 
-__all__ = ["ExecutionReducer", "Folded"]
+__all__ = ["ExecutionReducer", "Folded", "OutputListener", "live_output"]
 
 Message = dict[str, Any]
+OutputListener = Callable[[dict[str, Any]], None]
+"""Called with each output as it happens (see ``live_output``)."""
 
 
 @dataclass(frozen=True)
@@ -279,3 +281,31 @@ def _join_stream(outputs: list[dict[str, Any]], name: str) -> str:
     return "".join(
         o["text"] for o in outputs if o.get("output_type") == "stream" and o.get("name") == name
     )
+
+
+def live_output(msg: Message) -> dict[str, Any] | None:
+    """What a message shows, for a listener that displays output as it happens.
+
+    Streams, displays, results and errors come as nbformat outputs;
+    ``clear_output`` and ``update_display_data`` come as events of those
+    names, so a live view can apply them as JupyterLab would. Other
+    messages (status, replies) show nothing and give None.
+    """
+    kind = msg.get("header", {}).get("msg_type")
+    content = msg.get("content") or {}
+    try:
+        if kind in ("stream", "display_data", "execute_result", "error"):
+            output: dict[str, Any] = output_from_msg(msg)
+            return output
+        if kind == "clear_output":
+            return {"output_type": "clear_output", "wait": bool(content.get("wait"))}
+        if kind == "update_display_data":
+            return {
+                "output_type": "update_display_data",
+                "display_id": (content.get("transient") or {}).get("display_id"),
+                "data": content["data"],
+                "metadata": content.get("metadata", {}),
+            }
+    except (KeyError, TypeError, ValueError, AttributeError):
+        pass  # a malformed message is the reducer's to count, not the listener's
+    return None

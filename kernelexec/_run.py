@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._backends import KernelBackend
-from ._reducer import ExecutionReducer
+from ._reducer import ExecutionReducer, OutputListener, live_output
 
 __all__ = ["Outcome", "run_code"]
 
@@ -45,6 +45,7 @@ async def run_code(
     timeout: float,
     grace: float,
     stdin: Sequence[str] | None,
+    on_output: OutputListener | None = None,
 ) -> Outcome:
     """Runs ``source`` and folds its messages until the kernel is done with it.
 
@@ -53,7 +54,7 @@ async def run_code(
     reported as the "cancelled" ending: the caller records it, then re-raises.
     """
     msg_id = await backend.execute(source, allow_stdin=stdin is not None)
-    run = _Run(backend, reducer_factory(msg_id), deque(stdin or ()))
+    run = _Run(backend, reducer_factory(msg_id), deque(stdin or ()), on_output)
     try:
         ending = await run.collect(time.monotonic() + timeout)
     except asyncio.CancelledError:
@@ -67,9 +68,14 @@ async def run_code(
 
 class _Run:
     def __init__(
-        self, backend: KernelBackend, reducer: ExecutionReducer, answers: deque[str]
+        self,
+        backend: KernelBackend,
+        reducer: ExecutionReducer,
+        answers: deque[str],
+        on_output: OutputListener | None,
     ) -> None:
         self.backend = backend
+        self.on_output = on_output
         self.reducer = reducer
         self.answers = answers
         self.notes: list[str] = []
@@ -94,8 +100,8 @@ class _Run:
             channel, msg = item
             if channel == "stdin":
                 await self._answer(msg)
-            else:
-                self.reducer.feed(msg)
+            elif self.reducer.feed(msg) and self.on_output is not None:
+                self._show(msg)
         return "done"
 
     async def stop(self, grace: float) -> None:
@@ -104,6 +110,16 @@ class _Run:
         await self.backend.interrupt()
         if await self.collect(time.monotonic() + grace) != "done":
             self.unstoppable = True
+
+    def _show(self, msg: dict[str, Any]) -> None:
+        output = live_output(msg)
+        if output is None or self.on_output is None:
+            return
+        try:
+            self.on_output(output)
+        except Exception:
+            # A broken listener costs the live view, never the execution.
+            self.on_output = None
 
     async def _answer(self, msg: dict[str, Any]) -> None:
         if msg.get("header", {}).get("msg_type") != "input_request":

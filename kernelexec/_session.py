@@ -18,7 +18,7 @@ from ._exceptions import ConfigurationError, SessionClosedError
 from ._languages import SUPPORTED_LANGUAGES, kernel_source, normalize_language
 from ._markdown import extract_code_blocks
 from ._models import ExecutionResult, Limits, Status
-from ._reducer import ExecutionReducer
+from ._reducer import ExecutionReducer, OutputListener
 from ._run import Outcome, run_code
 from ._transcript import Transcript, code_cell, note_cell
 
@@ -117,6 +117,7 @@ class AsyncSession:
         language: str | None = "python",
         timeout: float | None = None,
         stdin: Sequence[str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> ExecutionResult:
         """Runs one block of code and returns what it did.
 
@@ -126,6 +127,9 @@ class AsyncSession:
             timeout: seconds for this execution; default the session's.
             stdin: answers for ``input()``/``getpass()``, in order. Without
                 them, asking for input fails at once instead of hanging.
+            on_output: called with each output as it happens (nbformat
+                outputs, plus ``clear_output`` and ``update_display_data``
+                events); the result still holds everything.
 
         Raises:
             SessionClosedError: the session was closed.
@@ -144,7 +148,9 @@ class AsyncSession:
                 assert refused is not None
                 self._record_refusal(refused, text, language)
                 return refused
-            return await self._execute(text, normalized, timeout or self.timeout, stdin)
+            return await self._execute(
+                text, normalized, timeout or self.timeout, stdin, on_output
+            )
 
     async def run_markdown(self, text: str) -> list[ExecutionResult]:
         """Runs every fenced code block of a message in order, stopping after the first failure.
@@ -211,7 +217,12 @@ class AsyncSession:
     # -- internals
 
     async def _execute(
-        self, code: str, language: str, timeout: float, stdin: Sequence[str] | None
+        self,
+        code: str,
+        language: str,
+        timeout: float,
+        stdin: Sequence[str] | None,
+        on_output: OutputListener | None,
     ) -> ExecutionResult:
         started_wall, started = time.time(), time.monotonic()
         await self._ensure_kernel()
@@ -233,7 +244,7 @@ class AsyncSession:
         try:
             outcome = await run_code(
                 self._backend, source, reducer_factory=reducer_factory, timeout=timeout,
-                grace=self.interrupt_grace, stdin=stdin,
+                grace=self.interrupt_grace, stdin=stdin, on_output=on_output,
             )
         finally:
             self._running = False

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._models import ExecutionResult
+from ._reducer import OutputListener
 from ._session import AsyncSession
 
 __all__ = ["Session"]
@@ -89,9 +90,12 @@ class Session:
     def execute(
         self, code: str | bytes, *, language: str | None = "python",
         timeout: float | None = None, stdin: Sequence[str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> ExecutionResult:
         _open.add(self._async)
-        return _call(self._async.execute(code, language=language, timeout=timeout, stdin=stdin))
+        return _call(self._async.execute(
+            code, language=language, timeout=timeout, stdin=stdin, on_output=on_output
+        ))
 
     def run_markdown(self, text: str) -> list[ExecutionResult]:
         _open.add(self._async)

@@ -167,3 +167,18 @@ def test_public_api_is_sorted_and_complete() -> None:
     assert kernelexec.__all__ == sorted(kernelexec.__all__)
     for name in kernelexec.__all__:
         assert getattr(kernelexec, name) is not None
+
+
+async def test_outputs_reach_a_listener_as_they_happen(session: AsyncSession) -> None:
+    seen: list[tuple[float, dict[str, object]]] = []
+    loop = asyncio.get_running_loop()
+    result = await session.execute(
+        "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.3)\n'done'",
+        on_output=lambda output: seen.append((loop.time(), output)),
+    )
+    finished = loop.time()
+    streams = [o for _, o in seen if o["output_type"] == "stream"]
+    assert "".join(str(o["text"]) for o in streams) == "0\n1\n2\n"
+    assert seen[-1][1]["output_type"] == "execute_result"
+    assert finished - seen[0][0] > 0.5  # the first output came long before the result
+    assert result.stdout == "0\n1\n2\n"
