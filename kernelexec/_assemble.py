@@ -46,7 +46,8 @@ def assemble(
     notes = list(notes) + problems
     full_output = full_output_path(stem) if spilled else None
     if folded.cut_chars:
-        notes.append(f"{folded.cut_chars:,} characters of output were cut from the result.")
+        where = f"; all of it is in {full_output}" if full_output else ""
+        notes.append(f"{folded.cut_chars:,} characters of output were cut from the result{where}.")
     if folded.dropped_outputs:
         notes.append(
             f"{folded.dropped_outputs} display outputs past the limit of "
@@ -56,7 +57,9 @@ def assemble(
     if language == "bash" and error is not None and error.ename == "CalledProcessError":
         error, shown = _bash_failure(error, folded.outputs)
     message = " ".join(notes) or None
-    text = render_outputs(shown, saved)
+    # A stopped execution's KeyboardInterrupt traceback only points at whatever
+    # line was running; the note below says what happened.
+    text = render_outputs(shown, saved, errors=status not in ("timeout", "cancelled"))
     if message:
         text += f"[kernelexec] {message}\n"
     if len(text) > limits.max_text_chars:
@@ -64,7 +67,7 @@ def assemble(
             full_output = full_output_path(stem)
             (work_dir / full_output).parent.mkdir(parents=True, exist_ok=True)
             (work_dir / full_output).write_text(text, encoding="utf-8", errors="surrogatepass")
-        text = cap_text(text, limits.max_text_chars, full_output)
+        text = cap_text(text, limits.max_text_chars, full_output, already_cut=folded.cut_chars)
     result = ExecutionResult(
         status=status,
         execution_count=folded.execution_count,

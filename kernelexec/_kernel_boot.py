@@ -9,11 +9,16 @@ installed), so it imports nothing but the standard library and ipykernel:
 - bounded stream messages: ipykernel sends whatever was printed in 0.2 s as
   one message, hundreds of MB under a flood; here each message carries at most
   CHUNK characters, so the client's memory stays bounded;
+- one parent watch: ipykernel's own poller would ``os._exit`` the kernel when
+  its parent dies, racing the watchdog and orphaning the kernel's children,
+  so it is turned off;
 - no dropped output: a zmq PUB socket silently drops messages past its
   high-water mark (1000 by default), so a flood could lose output and even the
   final "idle" status; here IOPub queues without limit in the kernel, and the
   client's small receive queue throttles it through TCP instead.
 """
+
+from __future__ import annotations
 
 import os
 import signal
@@ -27,7 +32,7 @@ CHUNK = 64 * 1024
 
 def _watch_parent(parent_pid: int) -> None:
     while True:
-        time.sleep(0.5)
+        time.sleep(0.2)
         if os.getppid() != parent_pid:
             try:
                 os.killpg(0, signal.SIGKILL)
@@ -35,15 +40,15 @@ def _watch_parent(parent_pid: int) -> None:
                 os._exit(1)
 
 
-def _chunked_outstream():
+def _chunked_outstream() -> type:
     from ipykernel.iostream import OutStream
 
     class ChunkedOutStream(OutStream):
         _unflushed = 0
 
-        def write(self, string):
+        def write(self, string: str) -> int:
             if not isinstance(string, str) or len(string) <= CHUNK:
-                written = super().write(string)
+                written = super().write(string) or 0
                 self._unflushed += len(string) if isinstance(string, str) else 0
                 if self._unflushed > CHUNK:
                     self._unflushed = 0
@@ -58,15 +63,18 @@ def _chunked_outstream():
     return ChunkedOutStream
 
 
-def _lossless_app(base):
+def _guarded_app(base: type) -> type:
     import zmq
 
-    class LosslessKernelApp(base):
-        def init_iopub(self, context):
+    class GuardedKernelApp(base):  # type: ignore[misc]
+        def init_iopub(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
             context.setsockopt(zmq.SNDHWM, 0)  # default for the sockets made from here on
             super().init_iopub(context)
 
-    return LosslessKernelApp
+        def init_poller(self) -> None:
+            pass  # _watch_parent does this job, for the whole process group
+
+    return GuardedKernelApp
 
 
 def main() -> None:
@@ -81,7 +89,7 @@ def main() -> None:
         sys.exit(NO_IPYKERNEL)
     globals()["ChunkedOutStream"] = _chunked_outstream()
     sys.argv.append(f"--IPKernelApp.outstream_class={__name__}.ChunkedOutStream")
-    _lossless_app(kernelapp.IPKernelApp).launch_instance()
+    _guarded_app(kernelapp.IPKernelApp).launch_instance()  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ SUPPORTED_LANGUAGES = tuple(sorted((_PYTHON | _SHELL) - {""}))
 
 
 def normalize_language(language: str | None) -> str | None:
-    """"python" or "bash" for a language kernelexec runs, None for any other."""
+    """ "python" or "bash" for a language kernelexec runs, None for any other."""
     name = (language or "").strip().lower()
     if name in _PYTHON:
         return "python"

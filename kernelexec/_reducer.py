@@ -167,7 +167,7 @@ class ExecutionReducer:
 
     def _on_update_display(self, msg: Message) -> None:
         content = msg["content"]
-        display_id = (content.get("transient") or {}).get("display_id")
+        display_id = str((content.get("transient") or {}).get("display_id"))
         for index in self._display_ids.get(display_id, []):
             self._outputs[index]["data"] = content["data"]
             self._outputs[index]["metadata"] = content.get("metadata", {})

@@ -16,11 +16,13 @@ _EMPTY_REPR = re.compile(r"^<[^<>\n]*(?: object| at 0x[0-9a-fA-F]+|Figure size [
 _TEXT_MIMETYPES = ("text/markdown", "text/latex")
 
 
-def render_outputs(outputs: list[dict[str, Any]], saved: Saved) -> str:
-    """One block of text for every output, in order."""
+def render_outputs(outputs: list[dict[str, Any]], saved: Saved, *, errors: bool = True) -> str:
+    """One block of text for every output, in order; ``errors=False`` leaves tracebacks out."""
     parts: list[str] = []
     for index, output in enumerate(outputs):
         kind = output.get("output_type")
+        if kind == "error" and not errors:
+            continue
         if kind == "stream":
             piece = collapse_carriage_returns(strip_ansi(_as_text(output.get("text", ""))))
         elif kind == "error":
@@ -34,12 +36,16 @@ def render_outputs(outputs: list[dict[str, Any]], saved: Saved) -> str:
     return "".join(parts)
 
 
-def cap_text(text: str, max_chars: int, full_output: str | None) -> str:
-    """Keeps the head and tail of ``text`` around a marker saying what was cut."""
+def cap_text(text: str, max_chars: int, full_output: str | None, *, already_cut: int = 0) -> str:
+    """Keeps the head and tail of ``text`` around a marker saying what was cut.
+
+    ``already_cut`` counts output dropped before ``text`` was rendered, so the
+    marker tells the whole loss, not just this last trim.
+    """
     if len(text) <= max_chars:
         return text
     keep = max_chars // 2
-    cut = len(text) - 2 * keep
+    cut = len(text) - 2 * keep + already_cut
     where = f"; the full output is in {full_output}" if full_output else ""
     return f"{text[:keep]}\n[... {cut:,} characters cut{where} ...]\n{text[-keep:]}"
 

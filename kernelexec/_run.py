@@ -92,8 +92,9 @@ class _Run:
                 if not await self.backend.is_alive():
                     return "died"
                 if self.reducer.replied and time.monotonic() - heard > QUIET_AFTER_REPLY:
-                    self.notes.append("The kernel's final status message never came; "
-                                      "some output may be missing.")
+                    self.notes.append(
+                        "The kernel's final status message never came; some output may be missing."
+                    )
                     return "done"
                 continue
             heard = time.monotonic()
@@ -127,7 +128,9 @@ class _Run:
         if (msg.get("parent_header") or {}).get("msg_id") != self.reducer.msg_id:
             return
         if not self.answers:
-            self.notes.append("The code asked for more input than was given, so it was interrupted.")
+            self.notes.append(
+                "The code asked for more input than was given, so it was interrupted."
+            )
             await self.backend.interrupt()
             return
         value = self.answers.popleft()

@@ -95,7 +95,9 @@ class AsyncSession:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.close()
@@ -148,9 +150,7 @@ class AsyncSession:
                 assert refused is not None
                 self._record_refusal(refused, text, language)
                 return refused
-            return await self._execute(
-                text, normalized, timeout or self.timeout, stdin, on_output
-            )
+            return await self._execute(text, normalized, timeout or self.timeout, stdin, on_output)
 
     async def run_markdown(self, text: str) -> list[ExecutionResult]:
         """Runs every fenced code block of a message in order, stopping after the first failure.
@@ -187,7 +187,9 @@ class AsyncSession:
                 await self._backend.restart()
             else:
                 await self._ensure_kernel()
-            self._transcript.add(note_cell(f"*kernelexec: kernel restarted on request; {_STATE_LOST}.*"))
+            self._transcript.add(
+                note_cell(f"*kernelexec: kernel restarted on request; {_STATE_LOST}.*")
+            )
 
     async def flush(self) -> None:
         """Returns once the transcript file holds every execution so far."""
@@ -243,8 +245,13 @@ class AsyncSession:
         self._running = True
         try:
             outcome = await run_code(
-                self._backend, source, reducer_factory=reducer_factory, timeout=timeout,
-                grace=self.interrupt_grace, stdin=stdin, on_output=on_output,
+                self._backend,
+                source,
+                reducer_factory=reducer_factory,
+                timeout=timeout,
+                grace=self.interrupt_grace,
+                stdin=stdin,
+                on_output=on_output,
             )
         finally:
             self._running = False
@@ -253,17 +260,36 @@ class AsyncSession:
             notes.insert(0, revived)
             restarted = True
         assembly = assemble(
-            outcome.reducer.finish(), status=status, language=language, work_dir=self.work_dir,
-            stem=stem, limits=self.limits, duration=time.monotonic() - started, notes=notes,
-            spilled=outcome.reducer.spilled, restarted=restarted,
+            outcome.reducer.finish(),
+            status=status,
+            language=language,
+            work_dir=self.work_dir,
+            stem=stem,
+            limits=self.limits,
+            duration=time.monotonic() - started,
+            notes=notes,
+            spilled=outcome.reducer.spilled,
+            restarted=restarted,
         )
         result = assembly.result
-        self._transcript.add(code_cell(
-            source, assembly.outputs, execution_count=result.execution_count,
-            started=started_wall, finished=time.time(), failed=status != "ok",
-            kernelexec={"status": status, "language": language, "duration": result.duration,
-                        "files": result.files, "restarted": restarted, "message": result.message},
-        ))
+        self._transcript.add(
+            code_cell(
+                source,
+                assembly.outputs,
+                execution_count=result.execution_count,
+                started=started_wall,
+                finished=time.time(),
+                failed=status != "ok",
+                kernelexec={
+                    "status": status,
+                    "language": language,
+                    "duration": result.duration,
+                    "files": result.files,
+                    "restarted": restarted,
+                    "message": result.message,
+                },
+            )
+        )
         if status == "kernel_died":
             self._transcript.add(note_cell(f"*kernelexec: {result.message}*"))
         if outcome.ending == "cancelled":
@@ -279,9 +305,12 @@ class AsyncSession:
             reason = self._backend.exit_reason() or "cause unknown"
             then = (
                 "A new kernel is starting for the next execution."
-                if self.auto_restart else "Call restart() to start a new kernel."
+                if self.auto_restart
+                else "Call restart() to start a new kernel."
             )
-            notes.append(f"The kernel died ({reason}) while running this code; {_STATE_LOST}. {then}")
+            notes.append(
+                f"The kernel died ({reason}) while running this code; {_STATE_LOST}. {then}"
+            )
             self._kernel_up = False
             if self.auto_restart:
                 self._schedule_restart()
@@ -337,10 +366,13 @@ class AsyncSession:
     def _record_refusal(self, result: ExecutionResult, code: str, language: str | None) -> None:
         with contextlib.suppress(UnicodeEncodeError):
             code.encode("utf-8")
-            self._transcript.add(note_cell(
-                code[:10_000], kind="raw",
-                kernelexec={"status": "error", "language": language, "message": result.message},
-            ))
+            self._transcript.add(
+                note_cell(
+                    code[:10_000],
+                    kind="raw",
+                    kernelexec={"status": "error", "language": language, "message": result.message},
+                )
+            )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -369,11 +401,13 @@ def _check_code(
         try:
             code = code.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return "", refusal("InvalidInput", f"code is not valid UTF-8 ({exc}); nothing was run",
-                               language=shown)
+            return "", refusal(
+                "InvalidInput", f"code is not valid UTF-8 ({exc}); nothing was run", language=shown
+            )
     if not isinstance(code, str):
-        return "", refusal("InvalidInput", f"code must be text, not {type(code).__name__}",
-                           language=shown)
+        return "", refusal(
+            "InvalidInput", f"code must be text, not {type(code).__name__}", language=shown
+        )
     if normalized is None:
         return code, refusal(
             "UnsupportedLanguage",
@@ -384,22 +418,31 @@ def _check_code(
     try:
         code.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return "", refusal("InvalidInput", f"code is not valid Unicode text ({exc.reason} at "
-                           f"position {exc.start}); nothing was run", language=shown)
+        return "", refusal(
+            "InvalidInput",
+            f"code is not valid Unicode text ({exc.reason} at "
+            f"position {exc.start}); nothing was run",
+            language=shown,
+        )
     if len(code) > limits.max_code_chars:
-        return "", refusal("InvalidInput", f"code is {len(code):,} characters, over the limit of "
-                           f"{limits.max_code_chars:,} (Limits.max_code_chars); nothing was run",
-                           language=shown)
+        return "", refusal(
+            "InvalidInput",
+            f"code is {len(code):,} characters, over the limit of "
+            f"{limits.max_code_chars:,} (Limits.max_code_chars); nothing was run",
+            language=shown,
+        )
     return code, None
 
 
 def _cancelled(language: str) -> ExecutionResult:
     message = "The session was closed before this code ran."
-    return ExecutionResult(status="cancelled", text=f"[kernelexec] {message}\n",
-                           message=message, language=language)
+    return ExecutionResult(
+        status="cancelled", text=f"[kernelexec] {message}\n", message=message, language=language
+    )
 
 
 def _kernel_down(why: str, language: str) -> ExecutionResult:
     message = f"{why} auto_restart is off: call restart() to start a new kernel. Nothing was run."
-    return ExecutionResult(status="kernel_died", text=f"[kernelexec] {message}\n",
-                           message=message, language=language)
+    return ExecutionResult(
+        status="kernel_died", text=f"[kernelexec] {message}\n", message=message, language=language
+    )

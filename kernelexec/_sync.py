@@ -65,7 +65,9 @@ class Session:
         return self.start()
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -88,14 +90,20 @@ class Session:
         return self
 
     def execute(
-        self, code: str | bytes, *, language: str | None = "python",
-        timeout: float | None = None, stdin: Sequence[str] | None = None,
+        self,
+        code: str | bytes,
+        *,
+        language: str | None = "python",
+        timeout: float | None = None,
+        stdin: Sequence[str] | None = None,
         on_output: OutputListener | None = None,
     ) -> ExecutionResult:
         _open.add(self._async)
-        return _call(self._async.execute(
-            code, language=language, timeout=timeout, stdin=stdin, on_output=on_output
-        ))
+        return _call(
+            self._async.execute(
+                code, language=language, timeout=timeout, stdin=stdin, on_output=on_output
+            )
+        )
 
     def run_markdown(self, text: str) -> list[ExecutionResult]:
         _open.add(self._async)

@@ -111,7 +111,9 @@ class Transcript:
             self.path.rename(aside)
             return
         self._cells = [_dump(c) for c in cells]
-        self._code_cells = sum(1 for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
+        self._code_cells = sum(
+            1 for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"
+        )
         self._metadata = {**_METADATA, **(notebook.get("metadata") or {})}
 
 
@@ -146,7 +148,9 @@ def code_cell(
     }
 
 
-def note_cell(text: str, *, kind: str = "markdown", kernelexec: dict[str, Any] | None = None) -> dict[str, Any]:
+def note_cell(
+    text: str, *, kind: str = "markdown", kernelexec: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A markdown (or raw) cell recording what happened outside any code."""
     return {
         "cell_type": kind,

@@ -23,8 +23,9 @@ ls outputs
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kernelexec", *args], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelexec", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_run_markdown_leaves_images_and_transcript(tmp_path: Path) -> None:

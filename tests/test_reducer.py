@@ -19,7 +19,11 @@ def fold(messages: list[dict[str, Any]], limits: Limits | None = None) -> Execut
 
 
 def msg(msg_type: str, content: dict[str, Any], parent: str = "REQUEST") -> dict[str, Any]:
-    return {"header": {"msg_type": msg_type}, "parent_header": {"msg_id": parent}, "content": content}
+    return {
+        "header": {"msg_type": msg_type},
+        "parent_header": {"msg_id": parent},
+        "content": content,
+    }
 
 
 def test_streams_kept_apart_and_result(recorded: Messages) -> None:
@@ -39,7 +43,9 @@ def test_error_keeps_earlier_output_and_strips_ansi(recorded: Messages) -> None:
     assert folded.stdout == "before\n"
     assert folded.error is not None and folded.error.ename == "ZeroDivisionError"
     assert all("\x1b" not in line for line in folded.error.traceback)
-    assert any("\x1b" in line for line in folded.outputs[-1]["traceback"]), "transcript keeps colour"
+    assert any("\x1b" in line for line in folded.outputs[-1]["traceback"]), (
+        "transcript keeps colour"
+    )
 
 
 def test_clear_output_wait_leaves_only_the_last_step(recorded: Messages) -> None:
@@ -68,17 +74,30 @@ def test_not_done_until_idle_and_reply() -> None:
 
 
 def test_error_only_in_reply_is_reported() -> None:
-    reducer = fold([msg("execute_reply", {"status": "error", "ename": "E", "evalue": "v",
-                                          "traceback": ["\x1b[31mline\x1b[0m"]})])
+    reducer = fold(
+        [
+            msg(
+                "execute_reply",
+                {
+                    "status": "error",
+                    "ename": "E",
+                    "evalue": "v",
+                    "traceback": ["\x1b[31mline\x1b[0m"],
+                },
+            )
+        ]
+    )
     assert reducer.error is not None and reducer.error.traceback == ["line"]
 
 
 def test_malformed_messages_cost_only_themselves() -> None:
-    folded = fold([
-        msg("display_data", {"data": None}),
-        msg("stream", {"name": "stdout"}),
-        msg("stream", {"name": "stdout", "text": "fine\n"}),
-    ]).finish()
+    folded = fold(
+        [
+            msg("display_data", {"data": None}),
+            msg("stream", {"name": "stdout"}),
+            msg("stream", {"name": "stdout", "text": "fine\n"}),
+        ]
+    ).finish()
     assert folded.bad_messages == 2
     assert folded.stdout == "fine\n"
 
@@ -102,6 +121,8 @@ def test_flood_keeps_head_and_tail_and_spills_everything() -> None:
 
 def test_rich_outputs_past_the_limit_are_dropped_and_counted() -> None:
     limits = Limits(max_outputs=3)
-    folded = fold([msg("display_data", {"data": {"text/plain": str(i)}, "metadata": {}})
-                   for i in range(5)], limits).finish()
+    folded = fold(
+        [msg("display_data", {"data": {"text/plain": str(i)}, "metadata": {}}) for i in range(5)],
+        limits,
+    ).finish()
     assert len(folded.outputs) == 3 and folded.dropped_outputs == 2

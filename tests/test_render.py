@@ -1,10 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
+from kernelexec import Limits
 from kernelexec._reducer import ExecutionReducer
 from kernelexec._render import cap_text, collapse_carriage_returns, render_outputs
-from kernelexec import Limits
-
-from typing import Any
 
 Messages = dict[str, list[dict[str, Any]]]
 
@@ -29,14 +29,23 @@ def test_markdown_and_json_render_as_text(recorded: Messages) -> None:
 
 
 def test_saved_file_replaces_an_empty_repr_but_not_a_useful_one() -> None:
-    figure = {"output_type": "display_data", "metadata": {},
-              "data": {"image/png": "AAAA", "text/plain": "<Figure size 640x480 with 1 Axes>"}}
-    frame = {"output_type": "execute_result", "metadata": {}, "execution_count": 1,
-             "data": {"text/html": "<table/>", "text/plain": "   a\n0  1"}}
+    figure = {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {"image/png": "AAAA", "text/plain": "<Figure size 640x480 with 1 Axes>"},
+    }
+    frame = {
+        "output_type": "execute_result",
+        "metadata": {},
+        "execution_count": 1,
+        "data": {"text/html": "<table/>", "text/plain": "   a\n0  1"},
+    }
     saved = {0: [("image/png", "outputs/0001-1.png")], 1: [("text/html", "outputs/0001-2.html")]}
     text = render_outputs([figure, frame], saved)
-    assert text == ("[image/png saved to outputs/0001-1.png]\n"
-                    "   a\n0  1\n[text/html saved to outputs/0001-2.html]\n")
+    assert text == (
+        "[image/png saved to outputs/0001-1.png]\n"
+        "   a\n0  1\n[text/html saved to outputs/0001-2.html]\n"
+    )
     assert "AAAA" not in text
 
 

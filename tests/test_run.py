@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import SOON
 
 from kernelexec import AsyncSession
 
@@ -26,9 +27,10 @@ async def test_timeout_interrupts_and_keeps_state(session: AsyncSession) -> None
     result = await session.execute("print('partial', flush=True)\nwhile True: pass", timeout=2)
     elapsed = time.monotonic() - started
     assert result.status == "timeout" and not result.restarted
-    assert elapsed < 4.5, elapsed  # the acceptance: "within about 3 s"
+    assert elapsed < 2 + SOON, elapsed  # interrupted: no hang, no restart
     assert result.stdout == "partial\n"  # partial output kept
     assert "Timed out after 2 s" in result.text and "state is kept" in result.text
+    assert "Traceback" not in result.text  # the interrupt's traceback is noise to an LLM
     assert (await session.execute("x")).text == "1\n"
 
 
@@ -42,8 +44,12 @@ async def test_timeout_restarts_a_kernel_that_ignores_interrupts(tmp_path: Path)
         assert after.ok and after.text == "alive\nFalse\n"
 
 
-async def test_no_message_of_an_interrupted_execution_leaks_into_the_next(session: AsyncSession) -> None:
-    code = "import time\nfor i in range(100):\n    print('old', i, flush=True)\n    time.sleep(0.05)"
+async def test_no_message_of_an_interrupted_execution_leaks_into_the_next(
+    session: AsyncSession,
+) -> None:
+    code = (
+        "import time\nfor i in range(100):\n    print('old', i, flush=True)\n    time.sleep(0.05)"
+    )
     first = await session.execute(code, timeout=0.5)
     assert first.status == "timeout"
     nxt = await session.execute("print('new')")
@@ -59,7 +65,7 @@ async def test_cancellation_interrupts_the_kernel_then_propagates(session: Async
         await task
     started = time.monotonic()
     assert (await session.execute("x")).text == "7\n"
-    assert time.monotonic() - started < 2  # interrupted, not still looping
+    assert time.monotonic() - started < SOON  # interrupted, not still looping
     await session.flush()
     cells = nbformat.read(session.notebook_path, as_version=4).cells
     assert cells[-2].metadata["kernelexec"]["status"] == "cancelled"
@@ -87,7 +93,7 @@ async def test_kernel_death_from_inside_is_reported_fast(
     await session.execute("x = 1")
     started = time.monotonic()
     result = await session.execute("import time; time.sleep(0.3)\n" + code)
-    assert time.monotonic() - started - 0.3 < 2
+    assert time.monotonic() - started < SOON
     assert result.status == "kernel_died" and result.restarted
     assert reason in result.text and "gone" in result.text
     after = await session.execute("print('alive'); 'x' in globals()")
@@ -104,7 +110,7 @@ async def test_sigkill_from_outside_during_execution(session: AsyncSession) -> N
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     result = await asyncio.wait_for(task, 5)
-    assert time.monotonic() - killed < 2
+    assert time.monotonic() - killed < SOON
     assert result.status == "kernel_died" and "SIGKILL" in (result.message or "")
     assert (await session.execute("1 + 1")).text == "2\n"
 
@@ -132,7 +138,7 @@ async def test_without_auto_restart_a_dead_kernel_stays_dead_until_restart(tmp_p
 async def test_input_fails_at_once_by_default(session: AsyncSession) -> None:
     started = time.monotonic()
     result = await session.execute("name = input('name? ')")
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < SOON
     assert result.status == "error" and result.error is not None
     assert result.error.ename == "StdinNotImplementedError"
 
@@ -149,11 +155,13 @@ async def test_input_gets_the_answers_given(session: AsyncSession) -> None:
 async def test_input_beyond_the_answers_is_interrupted(session: AsyncSession) -> None:
     started = time.monotonic()
     result = await session.execute("a = input(); b = input()", stdin=["only one"])
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < SOON
     assert result.status == "error" and "more input than was given" in result.text
 
 
-async def test_restart_clears_state_and_interrupts_a_running_execution(session: AsyncSession) -> None:
+async def test_restart_clears_state_and_interrupts_a_running_execution(
+    session: AsyncSession,
+) -> None:
     await session.execute("x = 1")
     task = asyncio.create_task(session.execute("import time\ntime.sleep(30)"))
     await asyncio.sleep(0.5)

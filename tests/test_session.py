@@ -11,13 +11,18 @@ import pytest
 import kernelexec
 from kernelexec import AsyncSession, ExecutionResult, KernelStartError, Session, SessionClosedError
 
-SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>'
+SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4">'
+    '<rect width="4" height="4"/></svg>'
+)
 
 
 async def test_state_is_kept_and_streams_kept_apart(session: AsyncSession) -> None:
     first = await session.execute("x = 41")
     assert first.ok and first.text == "" and first.outputs == []
-    second = await session.execute("import sys\nprint('to out'); print('to err', file=sys.stderr)\nx + 1")
+    second = await session.execute(
+        "import sys\nprint('to out'); print('to err', file=sys.stderr)\nx + 1"
+    )
     assert second.status == "ok"
     assert second.stdout == "to out\n"
     assert second.stderr == "to err\n"
@@ -49,10 +54,15 @@ async def test_pil_svg_html_and_jpeg_get_their_extensions(session: AsyncSession)
     assert result.ok, result.text
     suffixes = [Path(f).suffix for f in result.files]
     assert ".png" in suffixes and ".svg" in suffixes and ".html" in suffixes and ".jpg" in suffixes
-    assert (session.work_dir / next(f for f in result.files if f.endswith(".svg"))).read_text() == SVG
+    assert (
+        session.work_dir / next(f for f in result.files if f.endswith(".svg"))
+    ).read_text() == SVG
     jpeg = [f for f in result.files if f.endswith(".jpg")][-1]
     assert (session.work_dir / jpeg).read_bytes()[:3] == b"\xff\xd8\xff"
-    assert "<b>bold</b>" == (session.work_dir / next(f for f in result.files if f.endswith(".html"))).read_text()
+    assert (
+        "<b>bold</b>"
+        == (session.work_dir / next(f for f in result.files if f.endswith(".html"))).read_text()
+    )
     for name in result.files:
         assert f"saved to {name}" in result.text
 
@@ -140,7 +150,8 @@ async def test_another_interpreter_without_ipykernel_gives_a_clear_error(tmp_pat
 async def test_another_interpreter_with_ipykernel_hosts_the_kernel(tmp_path: Path) -> None:
     venv = tmp_path / "site"
     proc = await asyncio.create_subprocess_exec(
-        "python", "-m", "venv", "--system-site-packages", "--without-pip", str(venv))
+        "python", "-m", "venv", "--system-site-packages", "--without-pip", str(venv)
+    )
     assert await proc.wait() == 0
     async with AsyncSession(tmp_path / "w", python=str(venv / "bin" / "python")) as s:
         result = await s.execute("import sys; print(sys.prefix)")

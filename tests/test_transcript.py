@@ -34,10 +34,11 @@ async def test_transcript_validates_and_replays_with_the_same_stdout(tmp_path: P
     assert [c.execution_count for c in code] == [r.execution_count for r in results[:5]]
     assert nb.cells[-1].cell_type == "raw"  # the refused ruby block, kept out of replay
 
-    NotebookClient(nb, timeout=60, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path / "w")}}).execute()
+    NotebookClient(
+        nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path / "w")}}
+    ).execute()
     replayed = [c for c in nb.cells if c.cell_type == "code"]
-    for cell, result in zip(replayed, results[:5]):
+    for cell, result in zip(replayed, results[:5], strict=True):
         stdout = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
         assert stdout == result.stdout
 
@@ -55,9 +56,13 @@ async def test_transcript_is_rewritten_after_every_execution(tmp_path: Path) -> 
 
 async def test_a_new_session_continues_an_existing_transcript(tmp_path: Path) -> None:
     async with AsyncSession(tmp_path) as s:
-        first = await s.execute("from IPython.display import SVG; SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')")
+        first = await s.execute(
+            "from IPython.display import SVG; SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')"
+        )
     async with AsyncSession(tmp_path) as s:
-        second = await s.execute("from IPython.display import SVG; SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')")
+        second = await s.execute(
+            "from IPython.display import SVG; SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')"
+        )
     nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
     assert len(nb.cells) == 2
     assert first.files != second.files  # numbering continues, nothing overwritten

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import zmq
 import zmq.asyncio
-from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
 
@@ -43,7 +43,7 @@ def _context() -> zmq.asyncio.Context:
     return _CONTEXT
 
 
-class _BootSpecs(KernelSpecManager):  # type: ignore[misc]
+class _BootSpecs(KernelSpecManager):
     """Serves a spec that launches ipykernel through kernelexec's boot script."""
 
     def __init__(self, python: str) -> None:
@@ -52,8 +52,12 @@ class _BootSpecs(KernelSpecManager):  # type: ignore[misc]
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
         return KernelSpec(
-            argv=self._argv, display_name="Python 3 (kernelexec)", language="python",
-            interrupt_mode="signal", env={}, metadata={},
+            argv=self._argv,
+            display_name="Python 3 (kernelexec)",
+            language="python",
+            interrupt_mode="signal",
+            env={},
+            metadata={},
         )
 
 
@@ -72,7 +76,10 @@ class LocalBackend:
     """
 
     def __init__(
-        self, *, kernel_name: str = "python3", python: str | None = None,
+        self,
+        *,
+        kernel_name: str = "python3",
+        python: str | None = None,
         startup_timeout: float = 60.0,
     ) -> None:
         self.kernel_name = kernel_name
@@ -95,8 +102,9 @@ class LocalBackend:
         self._stderr = tempfile.TemporaryFile()
         self._returncode = None
         try:
-            await km.start_kernel(cwd=str(cwd), env=env, stdout=subprocess.DEVNULL,
-                                  stderr=self._stderr)
+            await km.start_kernel(
+                cwd=str(cwd), env=env, stdout=subprocess.DEVNULL, stderr=self._stderr
+            )
         except NoSuchKernel as exc:
             raise KernelStartError(
                 f"no kernelspec named {self.kernel_name!r}; list them with "
@@ -195,7 +203,8 @@ class LocalBackend:
             return AsyncKernelManager(kernel_name=self.kernel_name, context=_context())
         python = self.python or sys.executable
         return AsyncKernelManager(
-            kernel_name="kernelexec-python", kernel_spec_manager=_BootSpecs(python),
+            kernel_name="kernelexec-python",
+            kernel_spec_manager=_BootSpecs(python),
             context=_context(),
         )
 
@@ -238,7 +247,10 @@ class LocalBackend:
     def _start_failure(self) -> str:
         if self._returncode == _kernel_boot.NO_IPYKERNEL:
             python = self.python or sys.executable
-            return f"{python} cannot import ipykernel; install it with: {python} -m pip install ipykernel"
+            return (
+                f"{python} cannot import ipykernel; "
+                f"install it with: {python} -m pip install ipykernel"
+            )
         stderr = ""
         if self._stderr is not None:
             self._stderr.seek(0)

@@ -1,6 +1,6 @@
 """Records real kernel messages for the reducer's unit tests.
 
-    python tests/data/record_messages.py   # rewrites tests/data/messages.json
+python tests/data/record_messages.py   # rewrites tests/data/messages.json
 """
 
 import asyncio
@@ -22,7 +22,10 @@ SCENARIOS = {
         "from IPython.display import display, update_display\n"
         "display('first', display_id='d1')\nupdate_display('second', display_id='d1')"
     ),
-    "carriage_returns": "import sys, time\nfor i in range(3):\n    sys.stdout.write(f'\\r{i}/2')\n    sys.stdout.flush(); time.sleep(0.25)\nprint()",
+    "carriage_returns": (
+        "import sys, time\nfor i in range(3):\n    sys.stdout.write(f'\\r{i}/2')\n"
+        "    sys.stdout.flush(); time.sleep(0.25)\nprint()"
+    ),
     "markdown_and_json": (
         "from IPython.display import Markdown, JSON, display\n"
         "display(Markdown('# Title'))\ndisplay(JSON({'a': 1}))"
@@ -49,7 +52,7 @@ async def record():
             while not (idle and replied):
                 item = await backend.receive(5)
                 assert item is not None, name
-                channel, msg = item
+                _, msg = item
                 if msg["parent_header"].get("msg_id") != msg_id:
                     continue
                 messages.append(_plain(msg))
