@@ -27,7 +27,7 @@ import threading
 import time
 
 NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"
-CHUNK = 64 * 1024
+CHUNK = 256 * 1024
 
 
 def _watch_parent(parent_pid: int) -> None:

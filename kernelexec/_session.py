@@ -18,6 +18,7 @@ from ._exceptions import ConfigurationError, SessionClosedError
 from ._languages import SUPPORTED_LANGUAGES, kernel_source, normalize_language
 from ._markdown import extract_code_blocks
 from ._models import ExecutionResult, Limits, Status
+from ._pool import KernelConfig, KernelPool
 from ._reducer import ExecutionReducer, OutputListener
 from ._run import Outcome, run_code
 from ._transcript import Transcript, code_cell, note_cell
@@ -48,6 +49,10 @@ class AsyncSession:
         startup_timeout: seconds a new kernel gets to answer.
         auto_restart: start a new kernel when the kernel dies.
         backend: where the kernel runs; default a local process.
+        preload: code run silently in each new kernel before the first
+            execution (and after every restart), e.g. ``import pandas``.
+        pool: a ``KernelPool`` to take a ready kernel from, when its
+            configuration is this session's; otherwise one starts cold.
     """
 
     def __init__(
@@ -64,6 +69,8 @@ class AsyncSession:
         startup_timeout: float = 60.0,
         auto_restart: bool = True,
         backend: KernelBackend | None = None,
+        preload: str | None = None,
+        pool: KernelPool | None = None,
     ) -> None:
         if not timeout > 0 or not interrupt_grace > 0:
             raise ConfigurationError("timeout and interrupt_grace must be positive seconds")
@@ -74,9 +81,14 @@ class AsyncSession:
         self.interrupt_grace = interrupt_grace
         self.auto_restart = auto_restart
         self._backend: KernelBackend = backend or LocalBackend(
-            kernel_name=kernel_name, python=python, startup_timeout=startup_timeout
+            kernel_name=kernel_name,
+            python=python,
+            startup_timeout=startup_timeout,
+            preload=preload,
         )
         self._env = kernel_env(env)
+        config = KernelConfig.of(kernel_name=kernel_name, python=python, env=env, preload=preload)
+        self._pool = pool if backend is None and pool is not None and pool.fits(config) else None
         self._transcript = Transcript(self.notebook_path)
         self._seq = self._transcript.code_cells
         self._lock = asyncio.Lock()
@@ -347,7 +359,12 @@ class AsyncSession:
         self._check_open()
         await self._await_pending_restart()
         if not self._kernel_up:
-            await self._backend.start(cwd=self.work_dir, env=self._env)
+            taken = await self._pool.take(self.work_dir) if self._pool is not None else None
+            self._pool = None  # a restart starts this session's own kernel, cold
+            if taken is not None:
+                self._backend = taken
+            else:
+                await self._backend.start(cwd=self.work_dir, env=self._env)
             self._kernel_up = True
 
     async def _revive_if_dead(self) -> str | None:

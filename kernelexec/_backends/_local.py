@@ -73,6 +73,9 @@ class LocalBackend:
         kernel_name: an installed kernelspec; "python3" means the boot script.
         python: the interpreter for the kernel; default, this one.
         startup_timeout: seconds to wait for a new kernel to answer.
+        preload: code run silently in every new kernel (restarts included)
+            before it counts as started, e.g. ``import numpy, pandas``; if it
+            fails, starting fails with its error.
     """
 
     def __init__(
@@ -81,10 +84,12 @@ class LocalBackend:
         kernel_name: str = "python3",
         python: str | None = None,
         startup_timeout: float = 60.0,
+        preload: str | None = None,
     ) -> None:
         self.kernel_name = kernel_name
         self.python = python
         self.startup_timeout = startup_timeout
+        self.preload = preload
         self._km: AsyncKernelManager | None = None
         self._kc: AsyncKernelClient | None = None
         self._poller: zmq.asyncio.Poller | None = None
@@ -103,7 +108,10 @@ class LocalBackend:
         self._returncode = None
         try:
             await km.start_kernel(
-                cwd=str(cwd), env=env, stdout=subprocess.DEVNULL, stderr=self._stderr
+                cwd=str(cwd),
+                env={**env, "PWD": str(cwd)},
+                stdout=subprocess.DEVNULL,
+                stderr=self._stderr,
             )
         except NoSuchKernel as exc:
             raise KernelStartError(
@@ -128,9 +136,22 @@ class LocalBackend:
             self._poller.register(sock, zmq.POLLIN)
         try:
             await self._wait_ready()
+            if self.preload:
+                await self._run_silently(self.preload, "preload")
         except KernelStartError:
             await self.shutdown()
             raise
+
+    async def move_to(self, cwd: Path) -> None:
+        """Makes ``cwd`` the running kernel's working directory (and its restarts').
+
+        Lets a kernel started ahead of time, in a pool, serve a session's work dir.
+        """
+        self._cwd = cwd
+        await self._run_silently(
+            f"import os as _k\n_k.chdir({str(cwd)!r}); _k.environ['PWD'] = _k.getcwd()\ndel _k",
+            "moving the kernel to its work dir",
+        )
 
     async def execute(self, code: str, *, allow_stdin: bool) -> str:
         assert self._kc is not None, "start() first"
@@ -242,6 +263,31 @@ class LocalBackend:
         raise KernelStartError(
             f"the kernel did not answer within {self.startup_timeout:g} s; "
             "raise startup_timeout if this machine is slow"
+        )
+
+    async def _run_silently(self, code: str, what: str) -> None:
+        """Runs set-up code that leaves no trace in the history or the execution count."""
+        assert self._kc is not None
+        msg_id = self._kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            item = await self.receive(0.2)
+            if item is None:
+                if not await self.is_alive():
+                    raise KernelStartError(f"the kernel died during {what} ({self.exit_reason()})")
+                continue
+            channel, msg = item
+            if channel != "shell" or msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            content = msg["content"]
+            if content.get("status") != "ok":
+                raise KernelStartError(
+                    f"{what} failed: {content.get('ename', 'Error')}: {content.get('evalue', '')}"
+                )
+            return
+        raise KernelStartError(
+            f"{what} did not finish within {self.startup_timeout:g} s; "
+            "raise startup_timeout if it needs longer"
         )
 
     def _start_failure(self) -> str:

@@ -1,0 +1,1 @@
+"""Benchmarks of kernelexec against raw jupyter_client and the peers: ``python -m bench``."""

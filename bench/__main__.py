@@ -1,0 +1,218 @@
+"""``python -m bench [--quick] [--only IMPL ...] [--skip-peers]``: the side-by-side table.
+
+Every (implementation, scenario) pair runs in a fresh process, one at a time,
+so the measurements do not share memory, caches or a CPU with each other.
+Ratios are against raw jupyter_client measured in the same run; a full run
+rewrites ``bench/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import peers
+
+HERE = Path(__file__).parent
+BASELINE = "raw"
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+    scenario: str
+    impls: tuple[str, ...]
+    value: Callable[[dict[str, Any]], float]
+    unit: str
+    lower_is_better: bool = True
+    full_n: int = 20
+    quick_n: int = 5
+
+
+def _p(q: float) -> Callable[[dict[str, Any]], float]:
+    def pick(result: dict[str, Any]) -> float:
+        samples = sorted(result["samples"])
+        return samples[min(len(samples) - 1, round(q * (len(samples) - 1)))] * 1000
+
+    return pick
+
+
+def _median_s(result: dict[str, Any]) -> float:
+    return float(statistics.median(result["samples"]))
+
+
+ALL = ("raw", "kernelexec", "kernelexec-pooled", "autogen", "ag2")
+ROWS = [
+    Row("session ready (create -> 1+1) p50", "ready", ALL, _p(0.5), "ms", full_n=10, quick_n=3),
+    Row("round trip x+1 p50", "roundtrip", ALL, _p(0.5), "ms", full_n=300, quick_n=50),
+    Row("round trip x+1 p99", "roundtrip", ALL, _p(0.99), "ms", full_n=300, quick_n=50),
+    Row("10 MB printed: time", "flood", ALL, _median_s, "s", full_n=3, quick_n=1),
+    Row(
+        "10 MB printed: our peak RSS growth",
+        "flood",
+        ALL,
+        lambda r: float(r["peak_growth_mb"]),
+        "MB",
+        full_n=3,
+        quick_n=1,
+    ),
+    Row("matplotlib figure: time", "figure", ALL, _median_s, "s", full_n=5, quick_n=2),
+    Row(
+        "matplotlib figure: our peak RSS growth",
+        "figure",
+        ALL,
+        lambda r: float(r["peak_growth_mb"]),
+        "MB",
+        full_n=5,
+        quick_n=2,
+    ),
+    Row(
+        "16 sessions x 50 executions",
+        "concurrent",
+        ("raw", "kernelexec", "autogen", "ag2"),
+        lambda r: r["executions"] / r["samples"][0],
+        "exec/s",
+        lower_is_better=False,
+        full_n=50,
+        quick_n=10,
+    ),
+    Row(
+        "idle kernel USS",
+        "idle",
+        ("raw", "kernelexec", "autogen", "ag2"),
+        lambda r: float(r["uss_mb"]),
+        "MB",
+        full_n=1,
+        quick_n=1,
+    ),
+    Row(
+        "idle kernel PSS",
+        "idle",
+        ("raw", "kernelexec", "autogen", "ag2"),
+        lambda r: float(r["pss_mb"]),
+        "MB",
+        full_n=1,
+        quick_n=1,
+    ),
+    Row(
+        "idle kernel PSS, numpy+matplotlib preloaded",
+        "idle_preload",
+        ("raw", "kernelexec", "kernelexec-pooled", "autogen", "ag2"),
+        lambda r: float(r["pss_mb"]),
+        "MB",
+        full_n=1,
+        quick_n=1,
+    ),
+]
+
+
+def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
+    """The worker's result, or a short reason it failed."""
+    python = str(peers.python_for(impl)) if impl in peers.PEERS else sys.executable
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    try:
+        proc = subprocess.run(
+            [python, str(HERE / "worker.py"), impl, scenario, str(n)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH-RESULT "):
+            result: dict[str, Any] = json.loads(line.split(" ", 1)[1])
+            return result
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"failed: {tail[:120]}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer samples; no RESULTS.md")
+    parser.add_argument("--only", nargs="*", help="implementations to run (default: all)")
+    parser.add_argument("--skip-peers", action="store_true", help="leave out autogen and ag2")
+    args = parser.parse_args()
+    wanted = set(args.only or ALL) | {BASELINE}
+    if args.skip_peers:
+        wanted -= set(peers.PEERS)
+
+    cache: dict[tuple[str, str], dict[str, Any] | str] = {}
+    table: list[tuple[Row, dict[str, float | str]]] = []
+    for row in ROWS:
+        values: dict[str, float | str] = {}
+        for impl in row.impls:
+            if impl not in wanted:
+                continue
+            key = (impl, row.scenario)
+            if key not in cache:
+                n = row.quick_n if args.quick else row.full_n
+                print(f"[bench] {impl} {row.scenario} x{n}", file=sys.stderr, flush=True)
+                cache[key] = run_worker(impl, row.scenario, n)
+            result = cache[key]
+            values[impl] = result if isinstance(result, str) else row.value(result)
+        table.append((row, values))
+
+    impls = [i for i in ALL if i in wanted]
+    text = render(table, impls)
+    print(text)
+    if not args.quick:
+        (HERE / "RESULTS.md").write_text(results_page(text, args))
+        print(f"[bench] wrote {HERE / 'RESULTS.md'}", file=sys.stderr)
+    return 0
+
+
+def render(table: list[tuple[Row, dict[str, float | str]]], impls: list[str]) -> str:
+    header = "| measurement | " + " | ".join(impls) + " |"
+    lines = [header, "|---" * (len(impls) + 1) + "|"]
+    for row, values in table:
+        base = values.get(BASELINE)
+        cells = []
+        for impl in impls:
+            value = values.get(impl)
+            if value is None:
+                cells.append("")
+            elif isinstance(value, str):
+                cells.append(value)
+            elif isinstance(base, float) and base > 0 and impl != BASELINE:
+                cells.append(f"{value:.3g} {row.unit} ({value / base:.2f}x)")
+            else:
+                cells.append(f"{value:.3g} {row.unit}")
+        lines.append(f"| {row.title} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def results_page(table: str, args: argparse.Namespace) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    cpus = os.cpu_count()
+    memory = Path("/proc/meminfo").read_text().split()[1]
+    return (
+        f"# Benchmark results\n\n{when}; {platform.platform()}; {cpus} cores; "
+        f"{int(memory) // 1024 // 1024} GiB; Python {platform.python_version()}.\n"
+        "A shared, noisy machine: read the ratios (against raw jupyter_client, measured in "
+        "the same run), not the absolute times.\n\n"
+        f"`python -m bench {' '.join(sys.argv[1:])}`\n\n{table}\n\n"
+        "- raw: jupyter_client's AsyncKernelManager and AsyncKernelClient, reading IOPub "
+        "until idle.\n"
+        "- kernelexec-pooled: a `KernelPool` of 2, refilled between samples (untimed).\n"
+        "- autogen: autogen-ext 0.7.x `JupyterCodeExecutor`; ag2: ag2 0.14.x "
+        "`JupyterCodeExecutor` with `LocalJupyterServer` (sync, called in a thread).\n"
+        "- Peak RSS growth is the measuring process's own (the agent's side), over its RSS "
+        "before the output.\n"
+        "- Idle memory is the kernel process and its children, from /proc/PID/smaps_rollup.\n"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,206 @@
+"""KernelPool: local kernels started ahead of time, so a session is ready at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from ._backends import LocalBackend
+from ._environment import kernel_env
+from ._exceptions import ConfigurationError, KernelStartError
+
+__all__ = ["KernelConfig", "KernelPool"]
+
+log = logging.getLogger("kernelexec")
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """What makes two local kernels interchangeable before their first execution."""
+
+    kernel_name: str = "python3"
+    python: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    preload: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        kernel_name: str = "python3",
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        preload: str | None = None,
+    ) -> KernelConfig:
+        return cls(kernel_name, python, tuple(sorted((env or {}).items())), preload or None)
+
+
+class KernelPool:
+    """Kernels of one configuration, started and preloaded before anyone asks.
+
+    A session given ``pool=`` takes a kernel from it when its own configuration
+    (kernel name, interpreter, env, preload) is the pool's, and starts one cold
+    otherwise. A kernel leaves the pool for one session and never comes back,
+    so no session ever sees another's state; the pool starts a replacement in
+    the background. A taken kernel is moved to the session's work dir before
+    its first execution.
+
+    Args:
+        size: how many ready kernels to keep.
+        kernel_name, python, env, preload: the configuration, as for
+            ``AsyncSession``.
+        startup_timeout: seconds a new kernel (and its preload) may take.
+        refill_delay: seconds between taking a kernel and starting its
+            replacement, so a kernel's boot (a CPU-second of imports) does not
+            slow the session that was just handed one.
+
+    A preload that fails is not hidden: ``last_error`` says why, the pool stops
+    refilling, and ``wait_ready`` raises it.
+    """
+
+    def __init__(
+        self,
+        size: int = 2,
+        *,
+        kernel_name: str = "python3",
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        preload: str | None = None,
+        startup_timeout: float = 60.0,
+        refill_delay: float = 1.0,
+    ) -> None:
+        if size < 1:
+            raise ConfigurationError("KernelPool size must be at least 1")
+        self.size = size
+        self.config = KernelConfig.of(
+            kernel_name=kernel_name, python=python, env=env, preload=preload
+        )
+        self.startup_timeout = startup_timeout
+        self.refill_delay = refill_delay
+        self.last_error: str | None = None
+        self._env = kernel_env(env)
+        self._ready: deque[LocalBackend] = deque()
+        self._starting: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
+        self._home: Path | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<KernelPool ready={len(self._ready)}/{self.size} starting={len(self._starting)}>"
+
+    async def __aenter__(self) -> KernelPool:
+        return self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def ready(self) -> int:
+        """Kernels waiting to be taken."""
+        return len(self._ready)
+
+    def start(self) -> KernelPool:
+        """Begins filling the pool in the background; returns at once."""
+        self._refill()
+        return self
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Returns once the pool is full.
+
+        Raises:
+            KernelStartError: a kernel or its preload failed to start.
+        """
+        await asyncio.wait_for(self._filled(), timeout)
+
+    async def _filled(self) -> None:
+        while len(self._ready) < self.size:
+            if self.last_error is not None:
+                raise KernelStartError(f"the kernel pool cannot fill: {self.last_error}")
+            self._refill()
+            self._changed.clear()
+            await self._changed.wait()
+
+    def fits(self, config: KernelConfig) -> bool:
+        return config == self.config and not self._closed
+
+    async def take(self, cwd: Path) -> LocalBackend | None:
+        """A ready kernel, moved to ``cwd``; None when none is ready (start one cold)."""
+        while self._ready:
+            backend = self._ready.popleft()
+            self._refill(delay=self.refill_delay)
+            if not await backend.is_alive():
+                await backend.shutdown()
+                continue
+            try:
+                await backend.move_to(cwd)
+            except KernelStartError as exc:
+                log.warning("kernelexec: a pooled kernel was dropped: %s", exc)
+                await backend.shutdown()
+                continue
+            return backend
+        self._refill()
+        return None
+
+    async def close(self) -> None:
+        """Stops every kernel the pool holds or is starting."""
+        self._closed = True
+        for task in list(self._starting):
+            task.cancel()
+        for task in list(self._starting):
+            with contextlib.suppress(BaseException):
+                await task
+        while self._ready:
+            await self._ready.popleft().shutdown()
+        if self._home is not None:
+            shutil.rmtree(self._home, ignore_errors=True)
+            self._home = None
+
+    def _refill(self, delay: float = 0.0) -> None:
+        if self._closed or self.last_error is not None:
+            return
+        missing = self.size - len(self._ready) - len(self._starting)
+        for _ in range(missing):
+            task = asyncio.get_running_loop().create_task(self._start_one(delay))
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    async def _start_one(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self._home is None:
+            # Where waiting kernels sit until a session moves them to its work dir.
+            self._home = Path(tempfile.mkdtemp(prefix="kernelexec-pool-"))
+        backend = LocalBackend(
+            kernel_name=self.config.kernel_name,
+            python=self.config.python,
+            startup_timeout=self.startup_timeout,
+            preload=self.config.preload,
+        )
+        try:
+            await backend.start(cwd=self._home, env=self._env)
+        except KernelStartError as exc:
+            self.last_error = str(exc)
+            log.warning("kernelexec: the kernel pool stopped filling: %s", exc)
+        except asyncio.CancelledError:
+            await backend.shutdown()
+            raise
+        else:
+            if self._closed:
+                await backend.shutdown()
+            else:
+                self._ready.append(backend)
+        finally:
+            self._changed.set()
