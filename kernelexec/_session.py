@@ -313,6 +313,9 @@ class AsyncSession:
         reducer = outcome.reducer
         if outcome.ending == "done":
             return ("error" if reducer.error is not None else "ok"), notes, False
+        if self._closed:
+            notes.append("The session was closed while this code ran.")
+            return "cancelled", notes, False
         if outcome.ending == "died":
             reason = self._backend.exit_reason() or "cause unknown"
             then = (

@@ -28,6 +28,7 @@ for s in sessions:
     pids.append(s.execute(
         "import subprocess; subprocess.Popen(['sleep', '600']).pid").text.strip())
 print(" ".join(pids), flush=True)
+sys.stdin.readline()  # the test has seen every process alive
 how = sys.argv[2]
 if how == "exception":
     raise RuntimeError("the agent crashed")
@@ -51,6 +52,7 @@ def wait_gone(pids: list[int], within: float = 15.0) -> list[int]:
 def test_no_kernel_outlives_its_owner(tmp_path: Path, how: str) -> None:
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, str(tmp_path), how],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -60,6 +62,9 @@ def test_no_kernel_outlives_its_owner(tmp_path: Path, how: str) -> None:
     pids = [int(p) for p in line.split()]
     assert len(pids) == 4, owner.stderr.read() if owner.stderr else line
     assert not any(process_gone(p) for p in pids)
+    assert owner.stdin is not None
+    owner.stdin.write("end\n")
+    owner.stdin.flush()
     if how == "sigterm":
         owner.send_signal(signal.SIGTERM)
     elif how == "sigkill":
@@ -76,3 +81,20 @@ async def test_close_stops_the_kernel_and_its_children(tmp_path: Path) -> None:
         )
     assert await asyncio.to_thread(wait_gone, [kernel, child]) == []
     assert os.path.exists(tmp_path / "transcript.ipynb")
+
+
+async def test_close_during_an_execution_ends_it_and_starts_no_new_kernel(tmp_path: Path) -> None:
+    s = AsyncSession(tmp_path, interrupt_grace=0.5)
+    kernel = int((await s.execute("import os; os.getpid()")).text)
+    task = asyncio.create_task(
+        s.execute(
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)"
+        )
+    )
+    await asyncio.sleep(1.0)
+    await asyncio.wait_for(s.close(), 30)
+    result = await asyncio.wait_for(task, 30)
+    assert result.status == "cancelled" and "closed" in result.text
+    assert await asyncio.to_thread(wait_gone, [kernel]) == []
+    await asyncio.sleep(1.0)
+    assert not await s._backend.is_alive()  # no new kernel was started after close

@@ -181,15 +181,21 @@ def test_public_api_is_sorted_and_complete() -> None:
 
 
 async def test_outputs_reach_a_listener_as_they_happen(session: AsyncSession) -> None:
-    seen: list[tuple[float, dict[str, object]]] = []
-    loop = asyncio.get_running_loop()
+    # The code waits for a file that only the listener creates, on seeing the
+    # first output: it can finish only if that output arrived while it ran.
+    go = session.work_dir / "go"
+    seen: list[dict[str, object]] = []
+
+    def listener(output: dict[str, object]) -> None:
+        seen.append(output)
+        if output.get("text") == "waiting\n":
+            go.touch()
+
     result = await session.execute(
-        "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.3)\n'done'",
-        on_output=lambda output: seen.append((loop.time(), output)),
+        "import os, time\nprint('waiting', flush=True)\n"
+        "for _ in range(200):\n    if os.path.exists('go'): break\n    time.sleep(0.05)\n"
+        "print('go' if os.path.exists('go') else 'never heard')\n'done'",
+        on_output=listener,
     )
-    finished = loop.time()
-    streams = [o for _, o in seen if o["output_type"] == "stream"]
-    assert "".join(str(o["text"]) for o in streams) == "0\n1\n2\n"
-    assert seen[-1][1]["output_type"] == "execute_result"
-    assert finished - seen[0][0] > 0.5  # the first output came long before the result
-    assert result.stdout == "0\n1\n2\n"
+    assert result.stdout == "waiting\ngo\n"
+    assert [o["output_type"] for o in seen] == ["stream", "stream", "execute_result"]

@@ -166,10 +166,15 @@ class LocalBackend:
         if self._poller is None:
             await asyncio.sleep(timeout)
             return None
-        ready = dict(await self._poller.poll(max(0, int(timeout * 1000))))
-        for sock, channel in self._sockets:
-            if sock in ready:
-                self._pending.append((channel, await self._recv(sock)))
+        try:
+            ready = dict(await self._poller.poll(max(0, int(timeout * 1000))))
+            for sock, channel in self._sockets:
+                if sock in ready:
+                    self._pending.append((channel, await self._recv(sock)))
+        except asyncio.CancelledError:
+            if self._poller is not None or _cancelling():
+                raise
+            return None  # shutdown() closed the sockets under us; is_alive() says the rest
         return self._pending.popleft() if self._pending else None
 
     async def send_input(self, value: str) -> None:
@@ -313,6 +318,12 @@ class LocalBackend:
             except (ProcessLookupError, PermissionError):
                 pass
             self._pgid = None
+
+
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (not just a future inside it)."""
+    task = asyncio.current_task()
+    return task is not None and getattr(task, "cancelling", lambda: 1)() > 0
 
 
 def _describe_exit(code: int | None) -> str | None:
