@@ -20,6 +20,7 @@ from ._markdown import extract_code_blocks
 from ._models import ExecutionResult, Limits, Status
 from ._pool import KernelConfig, KernelPool
 from ._reducer import ExecutionReducer, OutputListener
+from ._replay import ReplayReport, read_code_cells, replay_into
 from ._run import Outcome, run_code
 from ._transcript import Transcript, code_cell, note_cell
 
@@ -97,6 +98,54 @@ class AsyncSession:
         self._running = False
         self._closed = False
         self._dead: str | None = None  # why the kernel is down, when auto_restart is off
+        self.replay_report: ReplayReport | None = None  # set by from_transcript
+
+    @classmethod
+    async def from_transcript(
+        cls,
+        path: str | Path,
+        work_dir: str | Path | None = None,
+        *,
+        until: int | None = None,
+        include_failed: bool = False,
+        **options: Any,
+    ) -> AsyncSession:
+        """A new, started session with a notebook's code cells replayed into it.
+
+        Restores an agent's state after a crash, or reproduces a run. Cells that
+        failed when recorded are skipped unless ``include_failed``; a cell whose
+        stdout or error now differs from the recording is listed in
+        ``session.replay_report`` with a diff.
+
+        Args:
+            path: a kernelexec transcript or any notebook (markdown cells are
+                ignored, magics kept).
+            work_dir: the new session's work dir (not the one holding ``path``'s
+                transcript, which the replay would append to).
+            until: stop after the code cell with this index (from 1).
+            include_failed: also run the cells that failed when recorded.
+            **options: as for ``AsyncSession``.
+
+        Raises:
+            ConfigurationError: ``path`` is not a readable notebook, or is the
+                new session's own transcript.
+        """
+        source = Path(path).expanduser().resolve()
+        read_code_cells(source)  # a bad notebook fails before any kernel starts
+        session = cls(work_dir, **options)
+        if session.notebook_path.resolve() == source:
+            raise ConfigurationError(
+                f"{source} is the new session's own transcript; replay into another work_dir"
+            )
+        await session.start()
+        try:
+            session.replay_report = await replay_into(
+                session, source, until=until, include_failed=include_failed
+            )
+        except BaseException:
+            await session.close()
+            raise
+        return session
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._kernel_up else "new"

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from ._models import ExecutionResult
 from ._reducer import OutputListener
+from ._replay import ReplayReport
 from ._session import AsyncSession
 
 __all__ = ["Session"]
@@ -57,6 +58,30 @@ class Session:
 
     def __init__(self, work_dir: str | Path | None = None, **options: Any) -> None:
         self._async = AsyncSession(work_dir, **options)
+
+    @classmethod
+    def from_transcript(
+        cls,
+        path: str | Path,
+        work_dir: str | Path | None = None,
+        *,
+        until: int | None = None,
+        include_failed: bool = False,
+        **options: Any,
+    ) -> Session:
+        """AsyncSession.from_transcript, synchronously."""
+        session = cls.__new__(cls)
+        session._async = _call(
+            AsyncSession.from_transcript(
+                path, work_dir, until=until, include_failed=include_failed, **options
+            )
+        )
+        _open.add(session._async)
+        return session
+
+    @property
+    def replay_report(self) -> ReplayReport | None:
+        return self._async.replay_report
 
     def __repr__(self) -> str:
         return repr(self._async).replace("AsyncSession", "Session", 1)
