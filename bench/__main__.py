@@ -118,7 +118,7 @@ ROWS = [
 
 def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
     """The worker's result, or a short reason it failed."""
-    python = str(peers.python_for(impl)) if impl in peers.PEERS else sys.executable
+    python = str(peers.python_for(impl))
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     try:
         proc = subprocess.run(
@@ -203,6 +203,8 @@ def results_page(table: str, args: argparse.Namespace) -> str:
         "A shared, noisy machine: read the ratios (against raw jupyter_client, measured in "
         "the same run), not the absolute times.\n\n"
         f"`python -m bench {' '.join(sys.argv[1:])}`\n\n{table}\n\n"
+        "- Each implementation runs in its own fresh venv under bench/.venvs (kernelexec and "
+        "raw share one), so every kernel runs the same current IPython.\n"
         "- raw: jupyter_client's AsyncKernelManager and AsyncKernelClient, reading IOPub "
         "until idle.\n"
         "- kernelexec-pooled: a `KernelPool` of 2, refilled between samples (untimed).\n"

@@ -1,37 +1,55 @@
-"""The peers' virtual environments, made on first use under ``bench/.venvs``.
+"""The benchmark's virtual environments, made on first use under ``bench/.venvs``.
 
-Each peer is installed into its own environment, with the versions the issue
-names, so their dependencies never touch kernelexec's.
+kernelexec (with raw jupyter_client) and each peer get an environment of their
+own, fresh from the registry, so every kernel runs on the same current IPython
+and no one's dependencies touch another's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
-VENVS = Path(__file__).parent / ".venvs"
+HERE = Path(__file__).parent
+VENVS = HERE / ".venvs"
+ROOT = HERE.parent
 
-PEERS: dict[str, list[str]] = {
+ENVS: dict[str, list[str]] = {
+    "kernelexec": ["-e", str(ROOT), "matplotlib", "numpy", "httpx"],
     "autogen": ["autogen-ext[jupyter-executor]>=0.7,<0.8", "autogen-core>=0.7,<0.8", "matplotlib"],
     "ag2": ["ag2[jupyter-executor]>=0.14,<0.15", "matplotlib"],
 }
+IMPL_ENV = {
+    "raw": "kernelexec",
+    "kernelexec": "kernelexec",
+    "kernelexec-pooled": "kernelexec",
+    "kernelexec-http": "kernelexec",
+    "kernelexec-gateway": "kernelexec",
+    "autogen": "autogen",
+    "ag2": "ag2",
+}
+PEERS = ("autogen", "ag2")
 
 
-def python_for(peer: str) -> Path:
-    """The peer's interpreter, creating and filling its venv the first time."""
-    home = VENVS / peer
+def python_for(impl: str) -> Path:
+    """The interpreter an implementation runs under, its venv made the first time."""
+    name = IMPL_ENV[impl]
+    home = VENVS / name
     python = home / "bin" / "python"
-    done = home / ".installed"
-    wanted = "\n".join(PEERS[peer])
-    if done.exists() and done.read_text() == wanted:
+    stamp = home / ".installed"
+    wanted = "\n".join(ENVS[name])
+    if name == "kernelexec":  # reinstall when our own requirements change
+        wanted += "\n" + hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == wanted:
         return python
-    print(f"[bench] installing {peer} into {home} (first run only) ...", file=sys.stderr)
+    print(f"[bench] installing {name} into {home} (first run only) ...", file=sys.stderr)
     venv.EnvBuilder(with_pip=True, clear=True).create(home)
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PEERS[peer]],
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *ENVS[name]],
         check=True,
     )
-    done.write_text(wanted)
+    stamp.write_text(wanted)
     return python

@@ -5,26 +5,51 @@
         print(session.execute("x = 41").text, session.execute("x + 1").text)
 """
 
-from ._backends import KernelBackend, LocalBackend
-from ._exceptions import ConfigurationError, KernelexecError, KernelStartError, SessionClosedError
+from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend
+from ._client import AsyncClient, AsyncRemoteSession, Client, RemoteSession
+from ._exceptions import (
+    AuthenticationError,
+    ConfigurationError,
+    KernelexecError,
+    KernelStartError,
+    ServerError,
+    SessionClosedError,
+    SessionCulledError,
+    SessionNotFoundError,
+)
 from ._models import ExecutionError, ExecutionResult, Limits, Status
+from ._pool import KernelPool
+from ._remote_models import FileInfo, SessionInfo
 from ._session import AsyncSession
 from ._sync import Session
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncClient",
+    "AsyncRemoteSession",
     "AsyncSession",
+    "AuthenticationError",
+    "Client",
     "ConfigurationError",
+    "DockerBackend",
     "ExecutionError",
     "ExecutionResult",
+    "FileInfo",
+    "GatewayBackend",
     "KernelBackend",
+    "KernelPool",
     "KernelStartError",
     "KernelexecError",
     "Limits",
     "LocalBackend",
+    "RemoteSession",
+    "ServerError",
     "Session",
     "SessionClosedError",
+    "SessionCulledError",
+    "SessionInfo",
+    "SessionNotFoundError",
     "Status",
     "__version__",
 ]

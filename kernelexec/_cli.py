@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import _cli_attach, _cli_backends, _cli_mcp, _cli_replay, _cli_serve
 from ._exceptions import KernelexecError
 from ._models import ExecutionResult
 from ._session import AsyncSession
@@ -44,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print one JSON result per line")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per block (default 60)")
     run.set_defaults(handler=_run)
+    _cli_backends.add_commands(commands)
+    _cli_serve.add_command(commands)
+    _cli_mcp.add_commands(commands)
+    _cli_replay.add_command(commands)
+    _cli_attach.add_command(commands)
     return parser
 
 

@@ -6,7 +6,7 @@ import os
 import re
 from collections.abc import Mapping
 
-__all__ = ["kernel_env"]
+__all__ = ["kernel_env", "remote_env"]
 
 # Names that carry credentials by convention. A kernel runs code an LLM wrote,
 # so it gets none of them unless the caller passes them in ``env`` on purpose.
@@ -24,3 +24,21 @@ def kernel_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env.update(_KERNEL_DEFAULTS)
     env.update(extra or {})
     return env
+
+
+def remote_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What of a kernel env to send to a kernel that runs elsewhere.
+
+    kernelexec's defaults and the caller's extras, not this machine's own
+    variables: on a gateway or in a container this machine's PATH or HOME
+    would be wrong.
+    """
+    return {
+        k: v for k, v in env.items()
+        if k in _KERNEL_DEFAULTS or os.environ.get(k) != v
+    }
+
+
+def server_token() -> str | None:
+    """The server token a command was given through ``KERNELEXEC_TOKEN``, if any."""
+    return os.environ.get("KERNELEXEC_TOKEN") or None

@@ -7,16 +7,24 @@ These are raised only when kernelexec itself cannot do what was asked::
     KernelexecError
     ├── ConfigurationError   an argument or setting cannot work (bad work_dir, ...)
     ├── KernelStartError     no kernel could be started (missing ipykernel, bad spec, ...)
-    └── SessionClosedError   the session was used after close()
+    ├── SessionClosedError   the session was used after close()
+    └── ServerError          a kernelexec server refused a request or could not be reached
+        ├── AuthenticationError    the token is missing or wrong (HTTP 401)
+        ├── SessionNotFoundError   no such session on the server (HTTP 404)
+        └── SessionCulledError     the session was culled for idleness (HTTP 409)
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationError",
     "ConfigurationError",
     "KernelStartError",
     "KernelexecError",
+    "ServerError",
     "SessionClosedError",
+    "SessionCulledError",
+    "SessionNotFoundError",
 ]
 
 
@@ -34,3 +42,30 @@ class KernelStartError(KernelexecError):
 
 class SessionClosedError(KernelexecError):
     """The session was closed; open a new one."""
+
+
+class ServerError(KernelexecError):
+    """A kernelexec server refused a request, or could not be reached.
+
+    Attributes:
+        status: the HTTP status, or None when no answer came.
+        code: the server's error code (``"too_many_sessions"``, ...), or
+            ``"unreachable"`` when no answer came.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, code: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class AuthenticationError(ServerError):
+    """The server wants another token: pass the one ``kernelexec serve`` printed."""
+
+
+class SessionNotFoundError(ServerError):
+    """The server has no such session: it was deleted, or the server restarted."""
+
+
+class SessionCulledError(ServerError):
+    """The session sat idle too long and its kernel was shut down; its files are kept."""

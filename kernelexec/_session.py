@@ -167,6 +167,17 @@ class AsyncSession:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def connection_info(self) -> dict[str, Any] | None:
+        """How a second client reaches the running kernel over ZMQ, to debug it.
+
+        A local kernel's connection file contents (ports, key); None for a
+        backend without one, or before the kernel started.
+        """
+        info = getattr(self._backend, "connection_info", None)
+        result: dict[str, Any] | None = info() if callable(info) and self._kernel_up else None
+        return result
+
     async def start(self) -> AsyncSession:
         """Starts the kernel now rather than on the first execution."""
         async with self._lock:

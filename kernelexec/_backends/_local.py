@@ -222,6 +222,15 @@ class LocalBackend:
     def exit_reason(self) -> str | None:
         return _describe_exit(self._returncode)
 
+    def connection_info(self) -> dict[str, Any] | None:
+        """What another client (JupyterLab, jupyter console) needs to reach this kernel."""
+        if self._km is None:
+            return None
+        info = dict(self._km.get_connection_info(session=False))
+        if isinstance(info.get("key"), bytes):
+            info["key"] = info["key"].decode("ascii")
+        return info
+
     # -- internals
 
     def _manager(self) -> AsyncKernelManager:

@@ -1,0 +1,314 @@
+"""Kernels in Docker containers, spoken to over ZMQ ipc sockets in a mounted dir.
+
+Transport: the kernel binds its five ZMQ sockets as Unix sockets in a private
+host directory that is mounted into the container at the same path, and this
+process connects to them with jupyter_client, exactly as to a local kernel.
+No TCP port is published, so ``network="none"`` works (a published port needs
+a network), there is no port to clash or to expose to other local users, and
+the message loop is LocalBackend's. The cost: host and container must share a
+kernel (Linux; not Docker Desktop's VM), which a bind mount of a socket needs.
+
+The kernel runs through kernelexec's boot script (mounted read-only), under
+tini as PID 1: ``docker kill --signal SIGINT`` reaches tini, which passes the
+interrupt to the kernel's process group. A ``docker wait`` per container tells
+at once when the container ends; ``docker inspect`` then says how (OOMKilled,
+exit code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from jupyter_client.asynchronous.client import AsyncKernelClient
+
+from .._docker_cli import docker, engine_problem
+from .._environment import remote_env
+from .._exceptions import ConfigurationError, KernelStartError
+from .._image import image_tag
+from ._local import _BOOT_SCRIPT, LocalBackend, _context, _describe_exit
+
+__all__ = ["DockerBackend", "cleanup_containers", "owner_label"]
+
+LABEL = "kernelexec"
+OWNER_LABEL = "kernelexec.owner"
+_BOOT_IN_CONTAINER = "/opt/kernelexec/boot.py"
+_PYTHON_IN_CONTAINER = "/opt/venv/bin/python"
+_LIVE: set[DockerBackend] = set()  # removed at interpreter exit if still running
+
+
+class DockerBackend(LocalBackend):
+    """A kernel in a Docker container, with the session's work dir at /workspace.
+
+    The container runs as this process's uid and gid (so the files the kernel
+    writes are this user's) with every capability dropped, carries the labels
+    ``kernelexec=1`` and ``kernelexec.owner=<pid>:<start time>``, and is
+    removed on shutdown, at this process's exit, or by ``kernelexec cleanup``
+    after a crash.
+
+    Args:
+        image: the kernel image; default, the one ``kernelexec image build``
+            makes with default inputs.
+        memory: memory limit, e.g. "512m" (swap is not allowed beyond it).
+        cpus: CPU limit, e.g. 1.5.
+        pids_limit: most processes and threads in the container.
+        network: "none" (no network at all), "bridge", or a network's name.
+        env: variables for the kernel, on top of the session's ``env=``.
+        volumes: more ``docker run -v`` specs, e.g. "/data:/data:ro".
+        gpus: ``docker run --gpus`` value, e.g. "all".
+        startup_timeout: seconds the kernel gets to answer.
+    """
+
+    def __init__(
+        self, *, image: str | None = None, memory: str | None = None, cpus: float | None = None,
+        pids_limit: int | None = None, network: str = "none",
+        env: Mapping[str, str] | None = None, volumes: Sequence[str] = (),
+        gpus: str | None = None, startup_timeout: float = 60.0,
+    ) -> None:
+        super().__init__(startup_timeout=startup_timeout)
+        if isinstance(volumes, str):
+            raise ConfigurationError("volumes= takes a list of docker -v specs, not one string")
+        self.image = image
+        self.memory = memory
+        self.cpus = cpus
+        self.pids_limit = pids_limit
+        self.network = network
+        self.extra_env = dict(env or {})
+        self.volumes = tuple(volumes)
+        self.gpus = gpus
+        self.container: str | None = None
+        self._ipc_dir: Path | None = None
+        self._waiter: asyncio.subprocess.Process | None = None
+        self._ended: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<DockerBackend image={self.image} container={self.container}>"
+
+    async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
+        self._cwd, self._env = cwd, env
+        self._ended = None
+        image = self.image or image_tag()
+        await self._check_image(image)
+        self._ipc_dir = Path(tempfile.mkdtemp(prefix="kx-", dir="/tmp"))
+        connection_file = self._write_connection_file(self._ipc_dir)
+        name = f"kernelexec-{secrets.token_hex(6)}"
+        reply = await docker("run", "-d", "--name", name, *self._run_options(cwd, env),
+                             image, _PYTHON_IN_CONTAINER, _BOOT_IN_CONTAINER, "-f",
+                             str(connection_file))
+        if not reply.ok:
+            self._remove_ipc_dir()
+            raise KernelStartError(engine_problem(reply) or
+                                   f"docker run {image} failed: {reply.stderr.strip()}")
+        self.container = name
+        _LIVE.add(self)
+        try:
+            self._waiter = await asyncio.create_subprocess_exec(
+                shutil.which("docker") or "docker", "wait", name,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            self._connect(connection_file)
+            await self._wait_ready()
+        except BaseException:
+            await self.shutdown()
+            raise
+
+    async def interrupt(self) -> None:
+        if self.container is not None and await self.is_alive():
+            await docker("kill", "--signal", "SIGINT", self.container)
+
+    async def restart(self) -> None:
+        await self.shutdown()
+        await self.start(cwd=self._cwd, env=self._env)
+
+    async def shutdown(self, *, now: bool = False) -> None:
+        kc, self._kc, self._poller = self._kc, None, None
+        self._sockets = []
+        self._pending.clear()
+        if kc is not None:
+            kc.stop_channels()
+        container, self.container = self.container, None
+        _LIVE.discard(self)
+        if container is not None:
+            with contextlib.suppress(KernelStartError):
+                await docker("rm", "-f", container, timeout=30)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and waiter.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                waiter.kill()
+            await waiter.wait()
+        self._remove_ipc_dir()
+
+    async def is_alive(self) -> bool:
+        if self.container is None or self._waiter is None:
+            return False
+        if self._waiter.returncode is None:
+            return True
+        if self._ended is None:
+            self._ended = await self._how_it_ended()
+        return False
+
+    def exit_reason(self) -> str | None:
+        return self._ended
+
+    def connection_info(self) -> dict[str, Any] | None:
+        """The kernel's connection file: ipc sockets a client on this host can use too."""
+        if self._ipc_dir is None or self.container is None:
+            return None
+        info: dict[str, Any] = json.loads((self._ipc_dir / "kernel.json").read_text())
+        return info
+
+    # -- internals
+
+    async def _check_image(self, image: str) -> None:
+        reply = await docker("image", "inspect", "--format", "{{.Id}}", image)
+        if reply.ok:
+            return
+        problem = engine_problem(reply)
+        if problem:
+            raise KernelStartError(problem)
+        how = "`kernelexec image build`"
+        if self.image is not None:
+            how += f" (then pass its tag as image=), or `docker pull {image}`"
+        raise KernelStartError(f"the Docker image {image!r} is not on this engine; build it "
+                               f"with {how}")
+
+    def _run_options(self, cwd: Path, env: dict[str, str]) -> list[str]:
+        assert self._ipc_dir is not None
+        options = [
+            "--label", f"{LABEL}=1", "--label", f"{OWNER_LABEL}={owner_label()}",
+            "--user", f"{os.getuid()}:{os.getgid()}", "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges", "--network", self.network,
+            "-v", f"{cwd}:/workspace", "-v", f"{self._ipc_dir}:{self._ipc_dir}",
+            "-v", f"{_BOOT_SCRIPT}:{_BOOT_IN_CONTAINER}:ro", "-w", "/workspace",
+        ]
+        if self.memory:
+            options += ["--memory", self.memory, "--memory-swap", self.memory]
+        if self.cpus:
+            options += ["--cpus", f"{self.cpus:g}"]
+        if self.pids_limit:
+            options += ["--pids-limit", str(self.pids_limit)]
+        if self.gpus:
+            options += ["--gpus", self.gpus]
+        for volume in self.volumes:
+            options += ["-v", volume]
+        # HOME must be writable for IPython and matplotlib whatever uid runs.
+        kernel_env = {"HOME": "/tmp", **remote_env(env), **self.extra_env}
+        for key, value in kernel_env.items():
+            options += ["-e", f"{key}={value}"]
+        return options
+
+    def _write_connection_file(self, directory: Path) -> Path:
+        # ipc transport: each channel is the Unix socket "<ip>-<port>".
+        info = {
+            "transport": "ipc", "ip": str(directory / "k"), "shell_port": 1, "iopub_port": 2,
+            "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": secrets.token_hex(32),
+            "signature_scheme": "hmac-sha256", "kernel_name": "kernelexec-docker",
+        }
+        path = directory / "kernel.json"
+        path.write_text(json.dumps(info))
+        path.chmod(0o600)
+        return path
+
+    def _connect(self, connection_file: Path) -> None:
+        kc = AsyncKernelClient(context=_context())
+        kc.load_connection_file(str(connection_file))
+        kc.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
+        self._kc = kc
+        self._sockets = [
+            (kc.iopub_channel.socket, "iopub"), (kc.shell_channel.socket, "shell"),
+            (kc.stdin_channel.socket, "stdin"),
+        ]
+        self._poller = zmq.asyncio.Poller()
+        for sock, _ in self._sockets:
+            self._poller.register(sock, zmq.POLLIN)
+
+    async def _how_it_ended(self) -> str:
+        if self.container is None:
+            return "the container is gone"
+        reply = await docker("inspect", "--format", "{{json .State}}", self.container)
+        try:
+            state: dict[str, Any] = json.loads(reply.stdout)
+        except ValueError:
+            return "the container is gone"
+        if state.get("OOMKilled"):
+            limit = f" (memory={self.memory})" if self.memory else ""
+            return f"out of memory: the container hit its memory limit{limit}"
+        code = int(state.get("ExitCode") or 0)
+        return (_describe_exit(-(code - 128)) if code > 128 else _describe_exit(code)) or "?"
+
+    def _start_failure(self) -> str:
+        logs = ""
+        if self.container is not None:
+            proc = subprocess.run(["docker", "logs", "--tail", "30", self.container],
+                                  capture_output=True, text=True, timeout=30, check=False)
+            logs = (proc.stdout + proc.stderr).strip()
+        return (f"the kernel container exited during start-up ({self._ended or 'cause unknown'})"
+                + (f"; it said:\n{logs}" if logs else ""))
+
+    def _remove_ipc_dir(self) -> None:
+        if self._ipc_dir is not None:
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
+            self._ipc_dir = None
+
+
+def owner_label() -> str:
+    """This process as "<pid>:<start time>", which a reused pid cannot match."""
+    return f"{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _owner_alive(label: str) -> bool:
+    pid, _, started = label.partition(":")
+    if not pid.isdigit():
+        return False
+    return _start_time(int(pid)) == started != ""
+
+
+async def cleanup_containers(*, everything: bool = False) -> list[str]:
+    """Removes kernelexec's containers whose owner process is gone; returns their names.
+
+    Args:
+        everything: remove every kernelexec container, owner alive or not.
+    """
+    reply = await docker("ps", "-a", "--filter", f"label={LABEL}=1", "--format",
+                         f'{{{{.Names}}}}\t{{{{.Label "{OWNER_LABEL}"}}}}')
+    if not reply.ok:
+        raise KernelStartError(engine_problem(reply) or f"docker ps failed: {reply.stderr}")
+    doomed = [
+        name for name, _, owner in (line.partition("\t") for line in reply.stdout.splitlines())
+        if name and (everything or not _owner_alive(owner))
+    ]
+    if doomed:
+        await docker("rm", "-f", *doomed, timeout=60)
+    return doomed
+
+
+@atexit.register
+def _remove_leftover_containers() -> None:
+    names = [b.container for b in list(_LIVE) if b.container is not None]
+    if names:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["docker", "rm", "-f", *names], capture_output=True, timeout=30,
+                           check=False)
+    for backend in list(_LIVE):
+        backend._remove_ipc_dir()

@@ -1,0 +1,6 @@
+"""Clients of the execution server: ``Client`` (sync) and ``AsyncClient``."""
+
+from ._async import AsyncClient, AsyncRemoteSession
+from ._sync import Client, RemoteSession
+
+__all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteSession"]

@@ -1,0 +1,137 @@
+"""AsyncClient and AsyncRemoteSession: a kernelexec server, from asyncio.
+
+The same methods as ``Client`` and ``RemoteSession``, as coroutines; the
+requests and the reading of answers are shared (``_base``, ``_sse``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from .._models import ExecutionResult
+from .._reducer import OutputListener
+from .._remote_models import FileInfo, SessionInfo
+from ._base import DEFAULT_URL, Call, calls, error_for, http_options, unreachable
+from ._sse import StreamReader
+
+__all__ = ["AsyncClient", "AsyncRemoteSession"]
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """A kernelexec server, used from asyncio; see ``Client`` for the arguments."""
+
+    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None,
+                 timeout: float = 30.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(**http_options(url, token))
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Closes the connections; the server's sessions stay."""
+        await self._http.aclose()
+
+    async def health(self) -> dict[str, Any]:
+        return await self._send(calls.health())
+
+    async def session(self, *, kernel_name: str = "python3",
+                      env: Mapping[str, str] | None = None,
+                      timeout: float | None = None) -> AsyncRemoteSession:
+        """Creates a session on the server; see ``Client.session``."""
+        info = await self._send(calls.create(kernel_name, env, timeout))
+        return AsyncRemoteSession(self, info)
+
+    async def attach(self, session_id: str) -> AsyncRemoteSession:
+        return AsyncRemoteSession(self, await self._send(calls.info(session_id)))
+
+    async def sessions(self) -> list[SessionInfo]:
+        return await self._send(calls.sessions())
+
+    async def _send(self, call: Call[T]) -> T:
+        try:
+            response = await self._http.request(call.method, call.path,
+                                                **call.options(self.timeout))
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from exc
+        if response.is_error:
+            raise error_for(response)
+        return call.read(response)
+
+    async def _send_stream(self, call: Call[ExecutionResult],
+                     on_output: OutputListener) -> ExecutionResult:
+        reader = StreamReader(on_output)
+        try:
+            async with self._http.stream(call.method, call.path,
+                                         **call.options(self.timeout)) as response:
+                if response.is_error:
+                    await response.aread()
+                    raise error_for(response)
+                async for line in response.aiter_lines():
+                    reader.feed(line)
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from exc
+        return reader.result()
+
+
+class AsyncRemoteSession:
+    """A session on a server, from asyncio; see ``RemoteSession``."""
+
+    def __init__(self, client: AsyncClient, info: SessionInfo) -> None:
+        self.client = client
+        self.id = info.id
+        self.last_info = info
+
+    def __repr__(self) -> str:
+        return f"<AsyncRemoteSession {self.id} at {self.client.url}>"
+
+    async def __aenter__(self) -> AsyncRemoteSession:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def info(self) -> SessionInfo:
+        self.last_info = await self.client._send(calls.info(self.id))
+        return self.last_info
+
+    async def execute(self, code: str, *, language: str | None = "python",
+                      timeout: float | None = None, stdin: Sequence[str] | None = None,
+                      on_output: OutputListener | None = None) -> ExecutionResult:
+        call = calls.execute(self.id, code, language, timeout, stdin, stream=bool(on_output))
+        if on_output is None:
+            return await self.client._send(call)
+        return await self.client._send_stream(call, on_output)
+
+    async def interrupt(self) -> None:
+        await self.client._send(calls.interrupt(self.id))
+
+    async def restart(self) -> None:
+        await self.client._send(calls.restart(self.id))
+
+    async def files(self) -> list[FileInfo]:
+        return await self.client._send(calls.files(self.id))
+
+    async def download(self, path: str) -> bytes:
+        return await self.client._send(calls.download(self.id, path))
+
+    async def upload(self, path: str, data: bytes | str) -> FileInfo:
+        return await self.client._send(calls.upload(self.id, path, data))
+
+    async def notebook(self) -> dict[str, Any]:
+        return await self.client._send(calls.notebook(self.id))
+
+    async def close(self, *, purge: bool = False) -> None:
+        await self.client._send(calls.delete(self.id, purge))

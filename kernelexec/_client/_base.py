@@ -1,0 +1,192 @@
+"""What Client and AsyncClient share: every request described, every answer read.
+
+A ``Call`` says which request to send and how to read its answer; the two
+clients differ only in how they send it (``httpx.Client`` or ``AsyncClient``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from .._exceptions import (
+    AuthenticationError,
+    ServerError,
+    SessionCulledError,
+    SessionNotFoundError,
+)
+from .._environment import server_token
+from .._models import ExecutionResult
+from .._remote_models import FileInfo, SessionInfo
+
+__all__ = ["DEFAULT_URL", "Call", "calls", "error_for", "http_options", "unreachable"]
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and how to read its answer.
+
+    Attributes:
+        long: it waits on a kernel (start, execution, restart), so it gets no
+            read timeout: the server bounds it (execution timeouts, start timeout).
+    """
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    json: Any = None
+    content: bytes | None = None
+    params: Mapping[str, str] | None = None
+    long: bool = False
+
+    def options(self, timeout: float | None) -> dict[str, Any]:
+        """Keyword arguments for ``httpx.Client.request`` (or ``stream``)."""
+        content, headers = self.content, None
+        if self.json is not None:
+            # ASCII JSON: text with a lone surrogate still reaches the server,
+            # whose session refuses it as a result rather than the client crashing.
+            content = json.dumps(self.json, ensure_ascii=True).encode("ascii")
+            headers = {"Content-Type": "application/json"}
+        return {
+            "content": content, "headers": headers, "params": self.params,
+            "timeout": httpx.Timeout(timeout, read=None) if self.long else timeout,
+        }
+
+
+def http_options(url: str, token: str | None) -> dict[str, Any]:
+    """Arguments for the httpx client under a Client or AsyncClient."""
+    token = token or server_token()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    # trust_env off: a proxy from the environment must not see the token.
+    return {"base_url": url.rstrip("/"), "headers": headers, "trust_env": False}
+
+
+def error_for(response: httpx.Response) -> ServerError:
+    """The exception for an error answer (its body already read)."""
+    try:
+        body = response.json()
+        code, message = str(body["error"]), str(body["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", response.text[:300] or response.reason_phrase
+    text = f"{message} (HTTP {response.status_code} {code})"
+    status = response.status_code
+    if status == 401:
+        return AuthenticationError(text + "; pass token= (or set KERNELEXEC_TOKEN) to the one "
+                                   "`kernelexec serve` printed", status=status, code=code)
+    if status == 404 and code == "session_not_found":
+        return SessionNotFoundError(text, status=status, code=code)
+    if status == 409 and code in ("session_culled", "session_closed"):
+        return SessionCulledError(text, status=status, code=code)
+    return ServerError(text, status=status, code=code)
+
+
+def unreachable(url: str, exc: httpx.TransportError) -> ServerError:
+    return ServerError(f"cannot reach the kernelexec server at {url} ({type(exc).__name__}: "
+                       f"{exc}); is `kernelexec serve` running there?", code="unreachable")
+
+
+def _json(response: httpx.Response) -> Any:
+    return response.json()
+
+
+def _session(response: httpx.Response) -> SessionInfo:
+    return SessionInfo.from_dict(response.json())
+
+
+def _nothing(response: httpx.Response) -> None:
+    return None
+
+
+def _s(session_id: str) -> str:
+    return f"/sessions/{quote(session_id, safe='')}"
+
+
+def _file_path(session_id: str, path: str) -> str:
+    # "." and ".." are encoded so httpx sends them as given and the server,
+    # not URL normalization, decides about them.
+    segments = [quote(s, safe="") if s not in (".", "..") else s.replace(".", "%2E")
+                for s in str(path).split("/")]
+    return f"{_s(session_id)}/files/{'/'.join(segments)}"
+
+
+class calls:  # a namespace of Call builders, lower case like a module
+    """The API, one Call builder per route."""
+
+    @staticmethod
+    def health() -> Call[dict[str, Any]]:
+        return Call("GET", "/health", _json)
+
+    @staticmethod
+    def create(
+        kernel_name: str, env: Mapping[str, str] | None, timeout: float | None
+    ) -> Call[SessionInfo]:
+        body: dict[str, Any] = {"kernel_name": kernel_name}
+        if env:
+            body["env"] = dict(env)
+        if timeout is not None:
+            body["timeout"] = timeout
+        return Call("POST", "/sessions", _session, json=body, long=True)
+
+    @staticmethod
+    def sessions() -> Call[list[SessionInfo]]:
+        return Call("GET", "/sessions", lambda r: [SessionInfo.from_dict(s)
+                                                   for s in r.json()["sessions"]])
+
+    @staticmethod
+    def info(session_id: str) -> Call[SessionInfo]:
+        return Call("GET", _s(session_id), _session)
+
+    @staticmethod
+    def delete(session_id: str, purge: bool) -> Call[None]:
+        return Call("DELETE", _s(session_id), _nothing,
+                    params={"purge": "true" if purge else "false"}, long=True)
+
+    @staticmethod
+    def execute(
+        session_id: str, code: str, language: str | None, timeout: float | None,
+        stdin: Sequence[str] | None, *, stream: bool = False,
+    ) -> Call[ExecutionResult]:
+        body: dict[str, Any] = {"code": code, "language": language or "python"}
+        if timeout is not None:
+            body["timeout"] = timeout
+        if stdin is not None:
+            body["stdin"] = list(stdin)
+        suffix = "/stream" if stream else ""
+        return Call("POST", f"{_s(session_id)}/execute{suffix}",
+                    lambda r: ExecutionResult.from_dict(r.json()), json=body, long=True)
+
+    @staticmethod
+    def interrupt(session_id: str) -> Call[None]:
+        return Call("POST", f"{_s(session_id)}/interrupt", _nothing)
+
+    @staticmethod
+    def restart(session_id: str) -> Call[None]:
+        return Call("POST", f"{_s(session_id)}/restart", _nothing, long=True)
+
+    @staticmethod
+    def files(session_id: str) -> Call[list[FileInfo]]:
+        return Call("GET", f"{_s(session_id)}/files",
+                    lambda r: [FileInfo.from_dict(f) for f in r.json()["files"]])
+
+    @staticmethod
+    def download(session_id: str, path: str) -> Call[bytes]:
+        return Call("GET", _file_path(session_id, path), lambda r: r.content)
+
+    @staticmethod
+    def upload(session_id: str, path: str, data: bytes | str) -> Call[FileInfo]:
+        content = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        return Call("PUT", _file_path(session_id, path),
+                    lambda r: FileInfo.from_dict(r.json()), content=content)
+
+    @staticmethod
+    def notebook(session_id: str) -> Call[dict[str, Any]]:
+        return Call("GET", f"{_s(session_id)}/notebook", _json)

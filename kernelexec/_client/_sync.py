@@ -1,0 +1,164 @@
+"""Client and RemoteSession: a kernelexec server, synchronously."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from .._models import ExecutionResult
+from .._reducer import OutputListener
+from .._remote_models import FileInfo, SessionInfo
+from ._base import DEFAULT_URL, Call, calls, error_for, http_options, unreachable
+from ._sse import StreamReader
+
+__all__ = ["Client", "RemoteSession"]
+
+T = TypeVar("T")
+
+
+class Client:
+    """A kernelexec server (``kernelexec serve``), used synchronously.
+
+    Args:
+        url: the server's address.
+        token: the server's token; default ``$KERNELEXEC_TOKEN``.
+        timeout: seconds for requests that do not wait on a kernel; those that
+            do (creating a session, executing, restarting) wait as long as the
+            server's own timeouts let them.
+
+    Every method raises ``ServerError`` when the server refuses or cannot be
+    reached; ``AuthenticationError``, ``SessionNotFoundError`` and
+    ``SessionCulledError`` are the cases worth telling apart. A user's code
+    failing is not one: it comes back as an ExecutionResult.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None,
+                 timeout: float = 30.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._http = httpx.Client(**http_options(url, token))
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connections; the server's sessions stay."""
+        self._http.close()
+
+    def health(self) -> dict[str, Any]:
+        return self._send(calls.health())
+
+    def session(self, *, kernel_name: str = "python3", env: Mapping[str, str] | None = None,
+                timeout: float | None = None) -> RemoteSession:
+        """Creates a session (a new kernel and work dir) on the server.
+
+        Args:
+            kernel_name: a kernelspec installed on the server.
+            env: variables for the kernel.
+            timeout: default seconds per execution; default the server's.
+        """
+        return RemoteSession(self, self._send(calls.create(kernel_name, env, timeout)))
+
+    def attach(self, session_id: str) -> RemoteSession:
+        """An existing session, by id."""
+        return RemoteSession(self, self._send(calls.info(session_id)))
+
+    def sessions(self) -> list[SessionInfo]:
+        return self._send(calls.sessions())
+
+    def _send(self, call: Call[T]) -> T:
+        """Sends one request and reads its answer."""
+        try:
+            response = self._http.request(call.method, call.path, **call.options(self.timeout))
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from exc
+        if response.is_error:
+            raise error_for(response)
+        return call.read(response)
+
+    def _send_stream(
+        self, call: Call[ExecutionResult], on_output: OutputListener
+    ) -> ExecutionResult:
+        """Sends an execution to the streaming route, calling ``on_output`` as outputs come."""
+        reader = StreamReader(on_output)
+        try:
+            with self._http.stream(call.method, call.path,
+                                   **call.options(self.timeout)) as response:
+                if response.is_error:
+                    response.read()
+                    raise error_for(response)
+                for line in response.iter_lines():
+                    reader.feed(line)
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from exc
+        return reader.result()
+
+
+class RemoteSession:
+    """A session on a server; the counterpart of a local ``Session``.
+
+    Made by ``Client.session()`` or ``Client.attach()``. Closing it (or leaving
+    its ``with`` block) deletes it from the server; its files stay there.
+    """
+
+    def __init__(self, client: Client, info: SessionInfo) -> None:
+        self.client = client
+        self.id = info.id
+        self.last_info = info
+
+    def __repr__(self) -> str:
+        return f"<RemoteSession {self.id} at {self.client.url}>"
+
+    def __enter__(self) -> RemoteSession:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def info(self) -> SessionInfo:
+        """The session's state now ("idle", "busy", "culled", ...)."""
+        self.last_info = self.client._send(calls.info(self.id))
+        return self.last_info
+
+    def execute(self, code: str, *, language: str | None = "python",
+                timeout: float | None = None, stdin: Sequence[str] | None = None,
+                on_output: OutputListener | None = None) -> ExecutionResult:
+        """Runs code as ``Session.execute`` does; ``on_output`` streams the outputs live."""
+        call = calls.execute(self.id, code, language, timeout, stdin, stream=bool(on_output))
+        if on_output is None:
+            return self.client._send(call)
+        return self.client._send_stream(call, on_output)
+
+    def interrupt(self) -> None:
+        self.client._send(calls.interrupt(self.id))
+
+    def restart(self) -> None:
+        self.client._send(calls.restart(self.id))
+
+    def files(self) -> list[FileInfo]:
+        """Every file in the session's work dir."""
+        return self.client._send(calls.files(self.id))
+
+    def download(self, path: str) -> bytes:
+        """A file's bytes; ``path`` is relative to the work dir."""
+        return self.client._send(calls.download(self.id, path))
+
+    def upload(self, path: str, data: bytes | str) -> FileInfo:
+        """Writes a file (str as UTF-8) into the work dir, folders created."""
+        return self.client._send(calls.upload(self.id, path, data))
+
+    def notebook(self) -> dict[str, Any]:
+        """The transcript, an nbformat 4 notebook as a dict."""
+        return self.client._send(calls.notebook(self.id))
+
+    def close(self, *, purge: bool = False) -> None:
+        """Deletes the session: its kernel shuts down; its files stay unless ``purge``."""
+        self.client._send(calls.delete(self.id, purge))

@@ -1,0 +1,81 @@
+"""``kernelexec image build``: the kernel image for DockerBackend, tagged by its inputs.
+
+The tag is a hash of everything that goes into the image (the Dockerfile, the
+base image, the extra packages, the requirements file's content), so building
+again with the same inputs is a no-op and a changed input makes a new image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._docker_cli import docker, engine_problem
+from ._exceptions import ConfigurationError, KernelexecError
+
+__all__ = ["DEFAULT_BASE_IMAGE", "DOCKERFILE", "build_image", "image_tag"]
+
+DEFAULT_BASE_IMAGE = "python:3.12-slim"
+DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "Dockerfile"
+REPOSITORY = "kernelexec-kernel"
+
+
+def image_tag(
+    *, base_image: str | None = None, packages: Sequence[str] = (), requirements: str = "",
+) -> str:
+    """The tag the image built from these inputs gets."""
+    inputs = {
+        "dockerfile": _dockerfile().read_text(encoding="utf-8"),
+        "base_image": base_image or DEFAULT_BASE_IMAGE,
+        "packages": sorted(packages),
+        "requirements": requirements,
+    }
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    return f"{REPOSITORY}:{digest[:16]}"
+
+
+async def build_image(
+    *, base_image: str | None = None, packages: Sequence[str] = (),
+    requirements: Path | None = None, quiet: bool = False,
+) -> str:
+    """Builds the kernel image unless an image with its tag exists; returns the tag.
+
+    Raises:
+        ConfigurationError: the requirements file cannot be read.
+        KernelexecError: the engine is unreachable or the build failed.
+    """
+    try:
+        requirements_text = requirements.read_text(encoding="utf-8") if requirements else ""
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read --requirements {requirements}: {exc}") from exc
+    tag = image_tag(base_image=base_image, packages=packages, requirements=requirements_text)
+    if (await docker("image", "inspect", tag)).ok:
+        return tag
+    with tempfile.TemporaryDirectory(prefix="kernelexec-image-") as context:
+        (Path(context) / "Dockerfile").write_text(_dockerfile().read_text(encoding="utf-8"))
+        (Path(context) / "requirements.txt").write_text(requirements_text)
+        reply = await docker(
+            "build", "--build-arg", f"BASE_IMAGE={base_image or DEFAULT_BASE_IMAGE}",
+            "--build-arg", f"PACKAGES={' '.join(packages)}", "--label", "kernelexec=1",
+            "-t", tag, context, timeout=1800, show=not quiet,
+        )
+    if quiet and not reply.ok:
+        sys.stderr.write(reply.stdout + reply.stderr)
+    if not reply.ok:
+        problem = engine_problem(reply)
+        raise KernelexecError(problem or f"docker build of {tag} failed; its output says why "
+                              "(a base image that cannot be pulled? pass --base-image)")
+    return tag
+
+
+def _dockerfile() -> Path:
+    if not DOCKERFILE.is_file():
+        raise ConfigurationError(
+            f"the kernel image's Dockerfile is not at {DOCKERFILE}; run `kernelexec image "
+            "build` from a kernelexec source checkout (it ships in docker/)"
+        )
+    return DOCKERFILE

@@ -1,0 +1,74 @@
+"""ServerConfig: everything ``kernelexec serve`` can be told, in one frozen value."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._exceptions import ConfigurationError
+
+__all__ = ["ServerConfig", "generate_token", "is_loopback"]
+
+
+def generate_token() -> str:
+    """A fresh random token, 256 bits, URL-safe."""
+    return secrets.token_urlsafe(32)
+
+
+def is_loopback(host: str) -> bool:
+    """True for "localhost" and any address in 127.0.0.0/8 or ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How a server runs.
+
+    Attributes:
+        token: the bearer token every route but /health requires.
+        work_root: each session's work dir is ``<work_root>/<session id>/``.
+        host, port: where to listen.
+        max_sessions: sessions with a kernel at once; one more gets HTTP 429.
+        idle_timeout: seconds without a request before a session is culled
+            (kernel shut down, files kept); None never culls.
+        max_timeout: the longest execution timeout a request may ask for.
+        default_timeout: a session's execution timeout when none is asked for.
+        max_body: bytes a request body may hold (JSON or an uploaded file).
+        max_stream_buffer: characters of live output a slow streaming reader
+            may leave queued before further live output is dropped (the final
+            result still holds it).
+    """
+
+    token: str
+    work_root: Path
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_sessions: int = 8
+    idle_timeout: float | None = 3600.0
+    max_timeout: float = 600.0
+    default_timeout: float = 60.0
+    max_body: int = 64 * 1024 * 1024
+    max_stream_buffer: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if len(self.token) < 8:
+            raise ConfigurationError("the token must be at least 8 characters; omit --token "
+                                     "to have one generated")
+        if self.max_sessions < 1:
+            raise ConfigurationError("--max-sessions must be at least 1")
+        if self.idle_timeout is not None and not self.idle_timeout > 0:
+            raise ConfigurationError("--idle-timeout must be positive seconds (0 disables it)")
+        if not self.max_timeout > 0:
+            raise ConfigurationError("--max-timeout must be positive seconds")
+        if self.max_body < 1024:
+            raise ConfigurationError("--max-body must be at least 1024 bytes")
+        if not 0 < self.default_timeout:
+            raise ConfigurationError("the default timeout must be positive seconds")
+        object.__setattr__(self, "default_timeout", min(self.default_timeout, self.max_timeout))

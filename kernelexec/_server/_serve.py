@@ -1,0 +1,66 @@
+"""serve: run a server until SIGTERM or SIGINT, then close every session and return."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from types import FrameType
+
+import uvicorn
+
+from ._app import create_app
+from ._config import ServerConfig
+from ._registry import Registry
+
+__all__ = ["serve"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, but a stop signal first closes the sessions.
+
+    uvicorn on its own waits for open requests to end before its shutdown;
+    an execution running a long loop would hold it there. Closing the sessions
+    at once interrupts running executions and cancels queued ones, so every
+    request ends promptly with a result.
+    """
+
+    def __init__(self, config: uvicorn.Config, registry: Registry) -> None:
+        super().__init__(config)
+        self._registry = registry
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing: asyncio.Task[None] | None = None
+
+    async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)  # type: ignore[arg-type]
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._close_sessions)
+
+    def _close_sessions(self) -> None:
+        if self._closing is None and self._loop is not None:
+            self._closing = self._loop.create_task(self._registry.close_all())
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Stands in for the default handlers, which uvicorn re-raises a caught signal to."""
+
+
+def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
+    """Serves until SIGTERM or SIGINT; returns once every kernel is shut down."""
+    app = create_app(config)
+    uv_config = uvicorn.Config(
+        app, host=config.host, port=config.port, log_level=log_level, lifespan="on",
+        timeout_graceful_shutdown=30, server_header=False,
+    )
+    server = _Server(uv_config, app.state.kexec.registry)
+    previous = {sig: signal.signal(sig, _ignore) for sig in _SIGNALS}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,153 @@
+"""An execution as server-sent events (``POST /sessions/{id}/execute/stream``).
+
+The response is ``text/event-stream``; every event is one ``event:`` line and
+one ``data:`` line of JSON, then a blank line::
+
+    event: output
+    data: {"output_type": "stream", "name": "stdout", "text": "0\\n"}
+
+    event: result
+    data: {"status": "ok", "stdout": "0\\n", ...}
+
+Events, in the order they happen:
+
+- ``output``: one live output: an nbformat output (``stream``, ``display_data``,
+  ``execute_result``, ``error``) or a ``clear_output`` / ``update_display_data``
+  event, exactly as ``AsyncSession.execute(on_output=...)`` sees them. Stream
+  text waiting for a slow reader is merged into one event per stream.
+- ``dropped``: ``{"outputs": n, "chars": m}``: live outputs left out because
+  the reader fell more than the server's stream buffer behind; the final
+  result still holds them.
+- ``result``: the last event, ``ExecutionResult.to_dict()``.
+- ``error``: instead of ``result`` when the execution could not run to the end
+  (``{"error": code, "message": ...}``, as the JSON routes send).
+
+A line starting with ``:`` is a keep-alive comment, sent after 15 s without
+events. The execution does not depend on the reader: if the connection
+drops, it runs to its end (or timeout) and lands in the transcript.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._models import ExecutionResult
+from ._errors import ApiError
+
+__all__ = ["KEEPALIVE", "OutputQueue", "execution_events", "frame"]
+
+KEEPALIVE = 15.0
+
+
+def frame(event: str, data: Any) -> str:
+    """One SSE event; ASCII JSON never spans lines."""
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=True, allow_nan=False)}\n\n"
+
+
+@dataclass
+class _Stream:
+    name: str
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Dropped:
+    outputs: int = 0
+    chars: int = 0
+
+
+class OutputQueue:
+    """Live outputs not yet sent, at most ``max_chars`` of them.
+
+    ``put`` is the execution's ``on_output`` listener; the sender takes
+    everything queued at once. Consecutive stream text is merged, and past
+    the cap further outputs are counted instead of kept.
+    """
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._items: deque[_Stream | _Dropped | str] = deque()
+        self._chars = 0
+        self._ready = asyncio.Event()
+
+    def put(self, output: dict[str, Any]) -> None:
+        last = self._items[-1] if self._items else None
+        if output.get("output_type") == "stream":
+            text = str(output.get("text", ""))
+            size, item = len(text), None
+        else:
+            item = frame("output", output)
+            size = len(item)
+        if self._chars + size > self.max_chars:
+            if not isinstance(last, _Dropped):
+                last = _Dropped()
+                self._items.append(last)
+            last.outputs += 1
+            last.chars += size
+        elif item is not None:
+            self._items.append(item)
+            self._chars += size
+        else:
+            name = str(output.get("name", "stdout"))
+            if not (isinstance(last, _Stream) and last.name == name):
+                last = _Stream(name)
+                self._items.append(last)
+            last.parts.append(text)
+            self._chars += size
+        self._ready.set()
+
+    def wake(self) -> None:
+        self._ready.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Waits until something is queued (or ``wake``); False after ``timeout`` s."""
+        waiter = asyncio.ensure_future(self._ready.wait())
+        done, _ = await asyncio.wait({waiter}, timeout=timeout)
+        waiter.cancel()
+        return bool(done)
+
+    def take(self) -> list[str]:
+        """Everything queued, as SSE frames."""
+        frames = []
+        while self._items:
+            item = self._items.popleft()
+            if isinstance(item, _Stream):
+                item = frame("output", {"output_type": "stream", "name": item.name,
+                                        "text": "".join(item.parts)})
+            elif isinstance(item, _Dropped):
+                item = frame("dropped", {"outputs": item.outputs, "chars": item.chars})
+            frames.append(item)
+        self._chars = 0
+        self._ready.clear()
+        return frames
+
+
+async def execution_events(
+    task: asyncio.Task[ExecutionResult], queue: OutputQueue, *, keepalive: float = KEEPALIVE
+) -> AsyncIterator[bytes]:
+    """The SSE body for an execution running as ``task`` and feeding ``queue``."""
+    task.add_done_callback(lambda _: queue.wake())
+    while True:
+        for item in queue.take():
+            yield item.encode("ascii")
+        # No await since take(): if the task is done, its every output was taken.
+        if task.done():
+            break
+        if not await queue.wait(keepalive):
+            yield b": keep-alive\n\n"
+    exc = None if task.cancelled() else task.exception()
+    if task.cancelled():
+        yield frame("error", {"error": "cancelled", "message": "the execution was "
+                              "cancelled because the server is stopping"}).encode("ascii")
+    elif isinstance(exc, ApiError):
+        yield frame("error", {"error": exc.code, "message": exc.message}).encode("ascii")
+    elif exc is not None:
+        yield frame("error", {"error": "internal", "message": f"the execution failed: "
+                              f"{type(exc).__name__}: {exc}"}).encode("ascii")
+    else:
+        yield frame("result", task.result().to_dict()).encode("ascii")

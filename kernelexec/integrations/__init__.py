@@ -1,0 +1,15 @@
+"""Drop-in code executors for agent frameworks.
+
+Each framework has its own module, imported on demand so that kernelexec never
+needs the framework installed::
+
+    from kernelexec.integrations.autogen import KernelexecCodeExecutor  # kernelexec[autogen]
+    from kernelexec.integrations.ag2 import KernelexecCodeExecutor      # kernelexec[ag2]
+
+Both take an ``approval_func`` that sees the code blocks before they run and
+may refuse them; it answers with a bool or an ``Approval``.
+"""
+
+from ._approval import Approval
+
+__all__ = ["Approval"]

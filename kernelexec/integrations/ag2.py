@@ -1,0 +1,144 @@
+"""A code executor for AG2 (``ag2`` 0.14, the last line shipping ``autogen.coding``).
+
+Follows AG2's ``CodeExecutor`` protocol, so an agent takes it as it is::
+
+    from kernelexec.integrations.ag2 import KernelexecCodeExecutor
+
+    executor = KernelexecCodeExecutor(output_dir="coding")
+    agent = ConversableAgent("runner", llm_config=False,
+                             code_execution_config={"executor": executor})
+
+Unlike AG2's ``JupyterCodeExecutor`` it needs no Jupyter server: the kernel
+is kernelexec's own, with ``output_dir`` as its cwd. A ``bash``/``sh`` block
+runs as shell in the same kernel; a timeout interrupts the kernel and keeps its
+state; saved outputs are named by the lines AG2 prints, ``Image data saved to
+PATH`` and ``HTML data saved to PATH``. Works inside a running event loop too.
+
+Needs ``pip install 'kernelexec[ag2]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from autogen.coding.base import CodeBlock, CodeExtractor, IPythonCodeResult
+from autogen.coding.markdown_code_extractor import MarkdownCodeExtractor
+
+from .._models import ExecutionResult
+from .._sync import Session
+from ._approval import Approval, Verdict, read_verdict, refusal_text
+from ._blocks import Combined, combine, quiet_pip, refused
+
+__all__ = ["ApprovalFunc", "KernelexecCodeExecutor"]
+
+ApprovalFunc = Callable[[list[CodeBlock]], Verdict]
+"""Sees a message's blocks before any runs; returns a bool or an ``Approval``."""
+
+
+class KernelexecCodeExecutor:
+    """Runs code blocks statefully in a kernelexec session (one Jupyter kernel).
+
+    Args:
+        kernel_name: an installed kernelspec, "python3" by default.
+        timeout: seconds per code block; on expiry the kernel is interrupted,
+            its state kept, and the result says so with exit code 124.
+        output_dir: the kernel's cwd, where saved outputs (``outputs/``) and
+            the transcript notebook go; None makes a temp dir.
+        approval_func: called with each message's blocks before any runs; a
+            False (or ``Approval(False, reason)``) answer runs nothing and
+            makes the refusal the result.
+
+    Raises:
+        ValueError: timeout is below 1 second, as in AG2's executors.
+    """
+
+    def __init__(
+        self,
+        kernel_name: str = "python3",
+        timeout: float = 60,
+        output_dir: str | Path | None = None,
+        *,
+        approval_func: ApprovalFunc | None = None,
+    ) -> None:
+        if timeout < 1:
+            raise ValueError("Timeout must be greater than or equal to 1.")
+        self._kernel_name = kernel_name
+        self._timeout = timeout
+        self._approval_func = approval_func
+        self._session = self._new_session(output_dir)
+        self._output_dir = self._session.work_dir
+
+    def __enter__(self) -> KernelexecCodeExecutor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def code_extractor(self) -> CodeExtractor:
+        """AG2's Markdown extractor: fenced blocks, the language inferred when unnamed."""
+        return MarkdownCodeExtractor()
+
+    @property
+    def output_dir(self) -> Path:
+        """The kernel's cwd; saved outputs are under its ``outputs/``."""
+        return self._output_dir
+
+    @property
+    def notebook_path(self) -> Path:
+        """The transcript of every execution, a notebook in ``output_dir``."""
+        return self._session.notebook_path
+
+    def execute_code_blocks(self, code_blocks: list[CodeBlock]) -> IPythonCodeResult:
+        """Runs the blocks in order in one kernel, stopping at the first that fails.
+
+        The kernel starts on the first call (and again after ``stop``).
+        """
+        approval = self._ask_approval(code_blocks)
+        if not approval.approved:
+            return _result(refused(refusal_text(approval)))
+        if self._session.closed:
+            self._session = self._new_session(self._output_dir)
+        results: list[ExecutionResult] = []
+        for block in code_blocks:
+            language = block.language or "python"
+            code = quiet_pip(block.code, language)
+            results.append(self._session.execute(code, language=language))
+            if not results[-1].ok:
+                break
+        return _result(combine(results, self._output_dir))
+
+    def restart(self) -> None:
+        """A fresh kernel: every variable and import is gone, files stay."""
+        if self._session.closed:
+            self._session = self._new_session(self._output_dir)
+            self._session.start()
+        else:
+            self._session.restart()
+
+    def stop(self) -> None:
+        """Shuts the kernel down; files and transcript stay."""
+        self._session.close()
+
+    def _new_session(self, output_dir: str | Path | None) -> Session:
+        return Session(output_dir, kernel_name=self._kernel_name, timeout=self._timeout)
+
+    def _ask_approval(self, code_blocks: list[CodeBlock]) -> Approval:
+        if self._approval_func is None:
+            return Approval(approved=True)
+        return read_verdict(self._approval_func(list(code_blocks)))
+
+
+def _result(combined: Combined) -> IPythonCodeResult:
+    return IPythonCodeResult(
+        exit_code=combined.exit_code,
+        output=combined.output,
+        output_files=[str(path) for path in combined.output_files],
+    )

@@ -1,0 +1,198 @@
+"""A drop-in for AutoGen's ``JupyterCodeExecutor`` (autogen-core/autogen-ext 0.7).
+
+Swap the import and keep the rest::
+
+    from kernelexec.integrations.autogen import KernelexecCodeExecutor
+
+    async with KernelexecCodeExecutor(output_dir="coding") as executor:
+        agent = CodeExecutorAgent("runner", code_executor=executor)
+
+Beyond AutoGen's own: a ``bash``/``sh`` block runs as shell (in the same
+kernel and cwd); a cancelled token or a timeout interrupts the kernel, whose
+state is kept; PNG, JPEG, GIF, SVG, PDF and HTML outputs are saved as files; the
+kernel's cwd is ``output_dir``, which also holds the transcript notebook.
+
+Needs ``pip install 'kernelexec[autogen]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autogen_core import CancellationToken, Component
+from autogen_core.code_executor import CodeBlock, CodeExecutor, CodeResult
+from pydantic import BaseModel
+from typing_extensions import Self
+
+from .._models import ExecutionResult
+from .._session import AsyncSession
+from ._approval import Approval, Verdict, read_verdict, refusal_text
+from ._blocks import Combined, combine, quiet_pip, refused
+
+__all__ = [
+    "ApprovalFunc",
+    "KernelexecCodeExecutor",
+    "KernelexecCodeExecutorConfig",
+    "KernelexecCodeResult",
+]
+
+ApprovalFunc = Callable[[list[CodeBlock]], "Verdict | Awaitable[Verdict]"]
+"""Sees a message's blocks before any runs; returns (or awaits to) a bool or an ``Approval``."""
+
+
+@dataclass
+class KernelexecCodeResult(CodeResult):
+    """``JupyterCodeResult``'s shape: ``exit_code``, ``output`` and ``output_files``.
+
+    ``exit_code`` is 0 on success, 124 after a timeout and 1 for any other
+    failure, a refusal by the approval function included.
+    """
+
+    output_files: list[Path]
+
+
+class KernelexecCodeExecutorConfig(BaseModel):
+    """What ``dump_component`` saves of a ``KernelexecCodeExecutor``."""
+
+    kernel_name: str = "python3"
+    timeout: float = 60
+    output_dir: str | None = None
+
+
+class KernelexecCodeExecutor(CodeExecutor, Component[KernelexecCodeExecutorConfig]):
+    """Runs code blocks statefully in a kernelexec session (one Jupyter kernel).
+
+    Args:
+        kernel_name: an installed kernelspec, "python3" by default.
+        timeout: seconds per code block; on expiry the kernel is interrupted,
+            its state kept, and the result says so with exit code 124.
+        output_dir: the kernel's cwd, where saved outputs (``outputs/``) and
+            the transcript notebook go; None makes a temp dir.
+        approval_func: called with each message's blocks before any runs,
+            sync or async; a False (or ``Approval(False, reason)``) answer runs
+            nothing and makes the refusal the result. It is not serialized.
+
+    Raises:
+        ValueError: timeout is below 1 second, as in ``JupyterCodeExecutor``.
+    """
+
+    component_config_schema = KernelexecCodeExecutorConfig
+    component_provider_override = "kernelexec.integrations.autogen.KernelexecCodeExecutor"
+
+    def __init__(
+        self,
+        kernel_name: str = "python3",
+        timeout: float = 60,
+        output_dir: str | Path | None = None,
+        *,
+        approval_func: ApprovalFunc | None = None,
+    ) -> None:
+        if timeout < 1:
+            raise ValueError("Timeout must be greater than or equal to 1.")
+        self._kernel_name = kernel_name
+        self._timeout = timeout
+        self._approval_func = approval_func
+        self._session = self._new_session(output_dir)
+        self._output_dir = self._session.work_dir
+
+    @property
+    def output_dir(self) -> Path:
+        """The kernel's cwd; saved outputs are under its ``outputs/``."""
+        return self._output_dir
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @property
+    def notebook_path(self) -> Path:
+        """The transcript of every execution, a notebook in ``output_dir``."""
+        return self._session.notebook_path
+
+    async def start(self) -> None:
+        """Starts the kernel; ``execute_code_blocks`` starts it too when needed."""
+        if self._session.closed:
+            self._session = self._new_session(self._output_dir)
+        await self._session.start()
+
+    async def stop(self) -> None:
+        """Shuts the kernel down; files and transcript stay. ``start`` makes a new one."""
+        await self._session.close()
+
+    async def restart(self) -> None:
+        """A fresh kernel: every variable and import is gone, files stay."""
+        if self._session.closed:
+            await self.start()
+        else:
+            await self._session.restart()
+
+    async def execute_code_blocks(
+        self, code_blocks: list[CodeBlock], cancellation_token: CancellationToken
+    ) -> KernelexecCodeResult:
+        """Runs the blocks in order in one kernel, stopping at the first that fails.
+
+        Args:
+            code_blocks: the blocks; ``language`` picks Python or shell, and
+                any other language fails without running.
+            cancellation_token: cancelling it interrupts the running block.
+
+        Raises:
+            asyncio.CancelledError: the token was cancelled (the kernel was
+                interrupted, its state kept).
+        """
+        approval = await self._ask_approval(code_blocks)
+        if not approval.approved:
+            return _result(refused(refusal_text(approval)))
+        if self._session.closed:
+            await self.start()
+        results: list[ExecutionResult] = []
+        for block in code_blocks:
+            results.append(await self._run_block(block, cancellation_token))
+            if not results[-1].ok:
+                break
+        return _result(combine(results, self._output_dir))
+
+    def _new_session(self, output_dir: str | Path | None) -> AsyncSession:
+        return AsyncSession(output_dir, kernel_name=self._kernel_name, timeout=self._timeout)
+
+    async def _ask_approval(self, code_blocks: list[CodeBlock]) -> Approval:
+        if self._approval_func is None:
+            return Approval(approved=True)
+        verdict: Any = self._approval_func(list(code_blocks))
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        return read_verdict(verdict)
+
+    async def _run_block(
+        self, block: CodeBlock, cancellation_token: CancellationToken
+    ) -> ExecutionResult:
+        language = block.language or "python"
+        task = asyncio.ensure_future(
+            self._session.execute(quiet_pip(block.code, language), language=language)
+        )
+        # Cancelling the task makes the session interrupt the kernel and record
+        # the cancelled cell before CancelledError reaches the caller.
+        cancellation_token.link_future(task)
+        return await task
+
+    def _to_config(self) -> KernelexecCodeExecutorConfig:
+        return KernelexecCodeExecutorConfig(
+            kernel_name=self._kernel_name, timeout=self._timeout, output_dir=str(self._output_dir)
+        )
+
+    @classmethod
+    def _from_config(cls, config: KernelexecCodeExecutorConfig) -> Self:
+        return cls(
+            kernel_name=config.kernel_name, timeout=config.timeout, output_dir=config.output_dir
+        )
+
+
+def _result(combined: Combined) -> KernelexecCodeResult:
+    return KernelexecCodeResult(
+        exit_code=combined.exit_code, output=combined.output, output_files=combined.output_files
+    )

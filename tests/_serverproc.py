@@ -1,0 +1,110 @@
+"""A real ``kernelexec serve`` process on a free loopback port, for the server tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TOKEN = "test-token-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """``python -m kernelexec serve`` with these options, until ``stop()``."""
+
+    def __init__(self, work_root: Path, *options: str, token: str = TOKEN) -> None:
+        self.work_root = work_root
+        self.token = token
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = work_root.parent / f"server-{self.port}.log"
+        self._log_file = self.log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelexec", "serve", "--port", str(self.port),
+             "--token", token, "--work-root", str(work_root), *options],
+            stdout=self._log_file, stderr=subprocess.STDOUT,
+        )
+        self.http = httpx.Client(base_url=self.url, headers=self.auth, trust_env=False,
+                                 timeout=httpx.Timeout(30.0, read=120.0))
+        self._wait_ready()
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited: {self.log.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/health", trust_env=False).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the server did not answer: {self.log.read_text()}")
+
+    def create(self, **body: Any) -> str:
+        response = self.http.post("/sessions", json=body)
+        assert response.status_code == 201, response.text
+        session_id: str = response.json()["id"]
+        return session_id
+
+    def execute(self, session_id: str, code: str, **body: Any) -> dict[str, Any]:
+        response = self.http.post(f"/sessions/{session_id}/execute", json={"code": code, **body})
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    def kernel_pid(self, session_id: str) -> int:
+        return int(self.execute(session_id, "import os; print(os.getpid())")["stdout"])
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
+        self.http.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self._log_file.close()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+__all__ = ["TOKEN", "ServerProcess", "descendants", "free_port", "signal"]
