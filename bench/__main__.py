@@ -52,10 +52,11 @@ def _median_s(result: dict[str, Any]) -> float:
 
 
 ALL = ("raw", "kernelexec", "kernelexec-pooled", "autogen", "ag2")
+REMOTE = ("kernelexec-http", "kernelexec-gateway", "kernelexec-docker")
 ROWS = [
     Row("session ready (create -> 1+1) p50", "ready", ALL, _p(0.5), "ms", full_n=10, quick_n=3),
-    Row("round trip x+1 p50", "roundtrip", ALL, _p(0.5), "ms", full_n=300, quick_n=50),
-    Row("round trip x+1 p99", "roundtrip", ALL, _p(0.99), "ms", full_n=300, quick_n=50),
+    Row("round trip x+1 p50", "roundtrip", ALL + REMOTE, _p(0.5), "ms", full_n=300, quick_n=50),
+    Row("round trip x+1 p99", "roundtrip", ALL + REMOTE, _p(0.99), "ms", full_n=300, quick_n=50),
     Row("10 MB printed: time", "flood", ALL, _median_s, "s", full_n=3, quick_n=1),
     Row(
         "10 MB printed: our peak RSS growth",
@@ -144,7 +145,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="implementations to run (default: all)")
     parser.add_argument("--skip-peers", action="store_true", help="leave out autogen and ag2")
     args = parser.parse_args()
-    wanted = set(args.only or ALL) | {BASELINE}
+    wanted = set(args.only or ALL + REMOTE) | {BASELINE}
     if args.skip_peers:
         wanted -= set(peers.PEERS)
 
@@ -164,7 +165,7 @@ def main() -> int:
             values[impl] = result if isinstance(result, str) else row.value(result)
         table.append((row, values))
 
-    impls = [i for i in ALL if i in wanted]
+    impls = [i for i in ALL + REMOTE if i in wanted]
     text = render(table, impls)
     print(text)
     if not args.quick:
@@ -210,6 +211,9 @@ def results_page(table: str, args: argparse.Namespace) -> str:
         "- kernelexec-pooled: a `KernelPool` of 2, refilled between samples (untimed).\n"
         "- autogen: autogen-ext 0.7.x `JupyterCodeExecutor`; ag2: ag2 0.14.x "
         "`JupyterCodeExecutor` with `LocalJupyterServer` (sync, called in a thread).\n"
+        "- kernelexec-http: `kernelexec serve` with `AsyncClient`; kernelexec-gateway: "
+        "`kernelexec gateway` with `GatewayBackend`; kernelexec-docker: `DockerBackend` "
+        "(ZMQ over Unix sockets into the container).\n"
         "- Peak RSS growth is the measuring process's own (the agent's side), over its RSS "
         "before the output.\n"
         "- Idle memory is the kernel process and its children, from /proc/PID/smaps_rollup.\n"

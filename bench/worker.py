@@ -61,6 +61,95 @@ class Kernelexec(Impl):
         await self.s.close()
 
 
+class _Service:
+    """A server process of our own on a free loopback port, shared by a worker's sessions."""
+
+    proc: Any = None
+    url = ""
+    token = "bench-token-0123456789"
+
+    @classmethod
+    def ensure(cls, *command: str) -> str:
+        if cls.proc is None:
+            import socket
+            import subprocess
+            import urllib.request
+
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            cls.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "kernelexec",
+                    *command,
+                    "--port",
+                    str(port),
+                    "--token",
+                    cls.token,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            cls.url = f"http://127.0.0.1:{port}"
+            probe = "/health" if command[0] == "serve" else "/api"
+            for _ in range(600):
+                try:
+                    urllib.request.urlopen(cls.url + probe, timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        return cls.url
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls.proc is not None:
+            cls.proc.terminate()
+            cls.proc.wait(60)
+            cls.proc = None
+
+
+class KernelexecHTTP(Impl):
+    """kernelexec serve, reached with AsyncClient."""
+
+    async def open(self) -> None:
+        import kernelexec
+
+        url = _Service.ensure("serve", "--work-root", str(self.work_dir))
+        self.client = kernelexec.AsyncClient(url, token=_Service.token, timeout=120)
+        self.s = await self.client.session()
+
+    async def run(self, code: str) -> str:
+        return str((await self.s.execute(code)).text)
+
+    async def close(self) -> None:
+        await self.s.close()
+        await self.client.close()
+
+
+class KernelexecGateway(Kernelexec):
+    """kernelexec gateway (a tuned Kernel Gateway), reached with GatewayBackend."""
+
+    async def open(self) -> None:
+        import kernelexec
+
+        url = _Service.ensure("gateway")
+        backend = kernelexec.GatewayBackend(url, token=_Service.token)
+        self.s = kernelexec.AsyncSession(self.work_dir, backend=backend)
+        await self.s.start()
+
+
+class KernelexecDocker(Kernelexec):
+    """A container per session, built by ``kernelexec image build``."""
+
+    async def open(self) -> None:
+        import kernelexec
+
+        self.s = kernelexec.AsyncSession(self.work_dir, backend=kernelexec.DockerBackend())
+        await self.s.start()
+
+
 class Raw(Impl):
     async def open(self) -> None:
         from jupyter_client.manager import AsyncKernelManager
@@ -150,6 +239,9 @@ class AG2(Impl):
 IMPLS: dict[str, type[Impl]] = {
     "kernelexec": Kernelexec,
     "kernelexec-pooled": Kernelexec,
+    "kernelexec-http": KernelexecHTTP,
+    "kernelexec-gateway": KernelexecGateway,
+    "kernelexec-docker": KernelexecDocker,
     "raw": Raw,
     "autogen": AutoGen,
     "ag2": AG2,
@@ -279,6 +371,7 @@ async def measured(name: str, impl_name: str, n: int, root: Path) -> dict[str, A
     finally:
         if Kernelexec.pool is not None:
             await Kernelexec.pool.close()
+        _Service.stop()
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """kernelexec: stateful code execution on Jupyter kernels, for LLM agents.
 
-    import kernelexec
-    with kernelexec.Session() as session:
-        print(session.execute("x = 41").text, session.execute("x + 1").text)
+import kernelexec
+with kernelexec.Session() as session:
+    print(session.execute("x = 41").text, session.execute("x + 1").text)
 """
 
 from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend

@@ -35,13 +35,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     run = commands.add_parser(
-        "run", help="run a .py file as one block, or a .md file block by block",
+        "run",
+        help="run a .py file as one block, or a .md file block by block",
         description="Runs a .py file as one block, or each fenced code block of a .md file "
         "in one session. Exits 0 if every block succeeded, 1 otherwise.",
     )
     run.add_argument("file", type=Path)
-    run.add_argument("--work-dir", type=Path, help="where files and the transcript go "
-                     "(default: a new temp dir, printed at the end)")
+    run.add_argument(
+        "--work-dir",
+        type=Path,
+        help="where files and the transcript go (default: a new temp dir, printed at the end)",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON result per line")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per block (default 60)")
     run.set_defaults(handler=_run)
@@ -74,7 +78,9 @@ async def _run_file(text: str, markdown: bool, args: argparse.Namespace) -> list
             if args.json:
                 print(json.dumps(result.to_dict(), ensure_ascii=False))
             else:
-                print(result.text, end="" if result.text.endswith("\n") or not result.text else "\n")
+                print(
+                    result.text, end="" if result.text.endswith("\n") or not result.text else "\n"
+                )
         if not args.json:
             print(f"[kernelexec] files and transcript in {session.work_dir}", file=sys.stderr)
     return results

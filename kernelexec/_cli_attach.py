@@ -39,7 +39,9 @@ def add_command(commands: Any) -> None:
 def _attach(args: argparse.Namespace) -> int:
     token = args.token or server_token()
     if not token:
-        print("kernelexec: give the server's token with --token or KERNELEXEC_TOKEN", file=sys.stderr)
+        print(
+            "kernelexec: give the server's token with --token or KERNELEXEC_TOKEN", file=sys.stderr
+        )
         return 2
     url = f"{args.url.rstrip('/')}/sessions/{args.session}/connection"
     try:
@@ -60,8 +62,11 @@ def _attach(args: argparse.Namespace) -> int:
         print(shlex.join(command))
         return 0
     if shutil.which("jupyter-console") is None:
-        print(f"kernelexec: jupyter console is not installed (pip install jupyter-console); "
-              f"then run: {shlex.join(command)}", file=sys.stderr)
+        print(
+            f"kernelexec: jupyter console is not installed (pip install jupyter-console); "
+            f"then run: {shlex.join(command)}",
+            file=sys.stderr,
+        )
         return 2
     os.execvp(command[0], command)
 

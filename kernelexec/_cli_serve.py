@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ._environment import server_token
+from ._environment import pool_size, preload, server_token
 
 __all__ = ["add_command"]
 
@@ -16,27 +16,66 @@ __all__ = ["add_command"]
 def add_command(commands: Any) -> None:
     """Adds ``serve`` to ``kernelexec``'s subparsers."""
     serve = commands.add_parser(
-        "serve", help="serve sessions over HTTP",
+        "serve",
+        help="serve sessions over HTTP",
         description="Serves sessions over an HTTP API (OpenAPI schema at /openapi.json). "
         "Every route but /health needs 'Authorization: Bearer <token>'. Stops cleanly, "
         "shutting every kernel down, on SIGTERM or Ctrl-C.",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on "
-                       "(default 127.0.0.1; any other than loopback needs --token)")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; any other than loopback needs --token)",
+    )
     serve.add_argument("--port", type=int, default=8765, help="default 8765")
-    serve.add_argument("--token", default=server_token(),
-                       help="the bearer token clients must send (default: $KERNELEXEC_TOKEN, "
-                       "else a new one, printed)")
-    serve.add_argument("--work-root", type=Path, help="sessions' work dirs go in "
-                       "<work-root>/<session id>/ (default: a new temp dir, printed)")
-    serve.add_argument("--max-sessions", type=int, default=8, help="sessions at once "
-                       "(default 8); more get HTTP 429")
-    serve.add_argument("--idle-timeout", type=float, default=3600.0, help="seconds idle "
-                       "before a session's kernel is shut down (default 3600; 0 never)")
-    serve.add_argument("--max-timeout", type=float, default=600.0, help="the longest "
-                       "execution timeout a request may ask for (default 600 s)")
-    serve.add_argument("--max-body-mb", type=float, default=64.0, help="largest request "
-                       "body, uploads included (default 64 MB)")
+    serve.add_argument(
+        "--token",
+        default=server_token(),
+        help="the bearer token clients must send (default: $KERNELEXEC_TOKEN, "
+        "else a new one, printed)",
+    )
+    serve.add_argument(
+        "--work-root",
+        type=Path,
+        help="sessions' work dirs go in "
+        "<work-root>/<session id>/ (default: a new temp dir, printed)",
+    )
+    serve.add_argument(
+        "--max-sessions",
+        type=int,
+        default=8,
+        help="sessions at once (default 8); more get HTTP 429",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds idle before a session's kernel is shut down (default 3600; 0 never)",
+    )
+    serve.add_argument(
+        "--max-timeout",
+        type=float,
+        default=600.0,
+        help="the longest execution timeout a request may ask for (default 600 s)",
+    )
+    serve.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=64.0,
+        help="largest request body, uploads included (default 64 MB)",
+    )
+    serve.add_argument(
+        "--pool-size",
+        type=int,
+        default=pool_size(),
+        help="kernels kept started for new sessions (default $KERNELEXEC_POOL_SIZE or 0)",
+    )
+    serve.add_argument(
+        "--preload",
+        default=preload(),
+        help="code each kernel runs before its first execution, e.g. 'import pandas' "
+        "(default $KERNELEXEC_PRELOAD)",
+    )
     serve.add_argument("--log-level", default="warning", help="uvicorn's (default warning)")
     serve.set_defaults(handler=_serve)
 
@@ -46,19 +85,31 @@ def _serve(args: argparse.Namespace) -> int:
 
     generated = not args.token
     if generated and not is_loopback(args.host):
-        print(f"kernelexec: refusing to listen on {args.host} without a token: pass "
-              "--token (or set KERNELEXEC_TOKEN), since anyone who reaches the port could "
-              "run code", file=sys.stderr)
+        print(
+            f"kernelexec: refusing to listen on {args.host} without a token: pass "
+            "--token (or set KERNELEXEC_TOKEN), since anyone who reaches the port could "
+            "run code",
+            file=sys.stderr,
+        )
         return 2
     work_root = args.work_root or Path(tempfile.mkdtemp(prefix="kernelexec-serve-"))
     config = ServerConfig(
-        token=args.token or generate_token(), work_root=work_root.resolve(), host=args.host,
-        port=args.port, max_sessions=args.max_sessions,
-        idle_timeout=args.idle_timeout or None, max_timeout=args.max_timeout,
+        token=args.token or generate_token(),
+        work_root=work_root.resolve(),
+        host=args.host,
+        port=args.port,
+        max_sessions=args.max_sessions,
+        idle_timeout=args.idle_timeout or None,
+        max_timeout=args.max_timeout,
         max_body=int(args.max_body_mb * 1024 * 1024),
+        pool_size=args.pool_size,
+        preload=args.preload,
     )
-    print(f"kernelexec: serving http://{_url_host(args.host)}:{args.port} (work root "
-          f"{config.work_root})", flush=True)
+    print(
+        f"kernelexec: serving http://{_url_host(args.host)}:{args.port} (work root "
+        f"{config.work_root})",
+        flush=True,
+    )
     if generated:
         print(f"kernelexec: token {config.token}", flush=True)
     serve(config, log_level=args.log_level)

@@ -48,7 +48,9 @@ async def docker(*args: str, timeout: float = 120.0, show: bool = False) -> Dock
             "its engine, or use LocalBackend/GatewayBackend"
         )
     proc = await asyncio.create_subprocess_exec(
-        exe, *args, stdin=asyncio.subprocess.DEVNULL,
+        exe,
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
         stdout=sys.stderr.fileno() if show else asyncio.subprocess.PIPE,
         stderr=None if show else asyncio.subprocess.PIPE,
     )
@@ -57,19 +59,28 @@ async def docker(*args: str, timeout: float = 120.0, show: bool = False) -> Dock
     except asyncio.TimeoutError as exc:
         proc.kill()
         await proc.wait()
-        raise KernelStartError(f"`docker {args[0]}` did not finish within {timeout:g} s; "
-                               "is the Docker engine healthy (`docker info`)?") from exc
-    return DockerReply(proc.returncode or 0, (out or b"").decode(errors="replace"),
-                       (err or b"").decode(errors="replace"))
+        raise KernelStartError(
+            f"`docker {args[0]}` did not finish within {timeout:g} s; "
+            "is the Docker engine healthy (`docker info`)?"
+        ) from exc
+    return DockerReply(
+        proc.returncode or 0,
+        (out or b"").decode(errors="replace"),
+        (err or b"").decode(errors="replace"),
+    )
 
 
 def engine_problem(reply: DockerReply) -> str | None:
     """A clear message if ``reply`` failed because the engine is unreachable."""
     text = reply.stderr
     if "Cannot connect to the Docker daemon" in text or "connect: no such file" in text:
-        return ("the Docker engine is not running or not reachable (`docker info` fails); "
-                "start it (e.g. `sudo systemctl start docker`) or check DOCKER_HOST")
+        return (
+            "the Docker engine is not running or not reachable (`docker info` fails); "
+            "start it (e.g. `sudo systemctl start docker`) or check DOCKER_HOST"
+        )
     if "permission denied" in text.lower() and "docker.sock" in text:
-        return ("this user may not use the Docker engine (permission denied on docker.sock); "
-                "add it to the docker group or use rootless Docker")
+        return (
+            "this user may not use the Docker engine (permission denied on docker.sock); "
+            "add it to the docker group or use rootless Docker"
+        )
     return None

@@ -6,7 +6,7 @@ import os
 import re
 from collections.abc import Mapping
 
-__all__ = ["kernel_env", "remote_env"]
+__all__ = ["kernel_env", "pool_size", "preload", "remote_env", "server_token"]
 
 # Names that carry credentials by convention. A kernel runs code an LLM wrote,
 # so it gets none of them unless the caller passes them in ``env`` on purpose.
@@ -33,12 +33,20 @@ def remote_env(env: Mapping[str, str]) -> dict[str, str]:
     variables: on a gateway or in a container this machine's PATH or HOME
     would be wrong.
     """
-    return {
-        k: v for k, v in env.items()
-        if k in _KERNEL_DEFAULTS or os.environ.get(k) != v
-    }
+    return {k: v for k, v in env.items() if k in _KERNEL_DEFAULTS or os.environ.get(k) != v}
 
 
 def server_token() -> str | None:
     """The server token a command was given through ``KERNELEXEC_TOKEN``, if any."""
     return os.environ.get("KERNELEXEC_TOKEN") or None
+
+
+def pool_size() -> int:
+    """``KERNELEXEC_POOL_SIZE``: warm kernels a server keeps (0 when unset or not a number)."""
+    value = os.environ.get("KERNELEXEC_POOL_SIZE", "").strip()
+    return int(value) if value.isdigit() else 0
+
+
+def preload() -> str | None:
+    """``KERNELEXEC_PRELOAD``: code every new kernel of a server runs first."""
+    return os.environ.get("KERNELEXEC_PRELOAD") or None

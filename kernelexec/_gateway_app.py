@@ -29,14 +29,29 @@ __all__ = ["ALLOWED_CLIENT_ENV", "run_gateway"]
 # Names a client may set in a kernel's env, besides KERNEL_*: kernelexec's
 # kernel defaults and common harmless settings.
 ALLOWED_CLIENT_ENV = (
-    "PAGER", "GIT_PAGER", "TERM", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "MPLBACKEND",
-    "LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "PAGER",
+    "GIT_PAGER",
+    "TERM",
+    "PYTHONUNBUFFERED",
+    "PYTHONHASHSEED",
+    "MPLBACKEND",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
 )
 
 
 def run_gateway(
-    *, port: int, token: str | None, host: str = "127.0.0.1", nodelay: bool = True,
-    allow_env: tuple[str, ...] = (), extra_argv: tuple[str, ...] = (),
+    *,
+    port: int,
+    token: str | None,
+    host: str = "127.0.0.1",
+    nodelay: bool = True,
+    allow_env: tuple[str, ...] = (),
+    extra_argv: tuple[str, ...] = (),
 ) -> int:
     """Runs the gateway in this process until it is stopped (Ctrl-C, SIGTERM).
 
@@ -67,7 +82,10 @@ def run_gateway(
 
     config = Config()
     config.KernelGatewayApp.update(
-        ip=host, port=port, port_retries=0, auth_token=token,
+        ip=host,
+        port=port,
+        port_retries=0,
+        auth_token=token,
         env_process_whitelist=sorted(clean),
         kernel_manager_class=f"{__name__}.AgentKernelManager",
     )

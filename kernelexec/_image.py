@@ -25,7 +25,10 @@ REPOSITORY = "kernelexec-kernel"
 
 
 def image_tag(
-    *, base_image: str | None = None, packages: Sequence[str] = (), requirements: str = "",
+    *,
+    base_image: str | None = None,
+    packages: Sequence[str] = (),
+    requirements: str = "",
 ) -> str:
     """The tag the image built from these inputs gets."""
     inputs = {
@@ -39,8 +42,11 @@ def image_tag(
 
 
 async def build_image(
-    *, base_image: str | None = None, packages: Sequence[str] = (),
-    requirements: Path | None = None, quiet: bool = False,
+    *,
+    base_image: str | None = None,
+    packages: Sequence[str] = (),
+    requirements: Path | None = None,
+    quiet: bool = False,
 ) -> str:
     """Builds the kernel image unless an image with its tag exists; returns the tag.
 
@@ -59,16 +65,28 @@ async def build_image(
         (Path(context) / "Dockerfile").write_text(_dockerfile().read_text(encoding="utf-8"))
         (Path(context) / "requirements.txt").write_text(requirements_text)
         reply = await docker(
-            "build", "--build-arg", f"BASE_IMAGE={base_image or DEFAULT_BASE_IMAGE}",
-            "--build-arg", f"PACKAGES={' '.join(packages)}", "--label", "kernelexec=1",
-            "-t", tag, context, timeout=1800, show=not quiet,
+            "build",
+            "--build-arg",
+            f"BASE_IMAGE={base_image or DEFAULT_BASE_IMAGE}",
+            "--build-arg",
+            f"PACKAGES={' '.join(packages)}",
+            "--label",
+            "kernelexec=1",
+            "-t",
+            tag,
+            context,
+            timeout=1800,
+            show=not quiet,
         )
     if quiet and not reply.ok:
         sys.stderr.write(reply.stdout + reply.stderr)
     if not reply.ok:
         problem = engine_problem(reply)
-        raise KernelexecError(problem or f"docker build of {tag} failed; its output says why "
-                              "(a base image that cannot be pulled? pass --base-image)")
+        raise KernelexecError(
+            problem
+            or f"docker build of {tag} failed; its output says why "
+            "(a base image that cannot be pulled? pass --base-image)"
+        )
     return tag
 
 

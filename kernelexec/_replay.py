@@ -89,7 +89,7 @@ def read_code_cells(path: Path) -> list[_Cell]:
         notebook = nbformat.read(path, as_version=4)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigurationError(f"cannot read {path} as a notebook: {exc}") from exc
-    cells = []
+    cells: list[_Cell] = []
     for cell in notebook.cells:
         if cell.get("cell_type") != "code":
             continue

@@ -34,12 +34,28 @@ class ServerProcess:
         self.log = work_root.parent / f"server-{self.port}.log"
         self._log_file = self.log.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelexec", "serve", "--port", str(self.port),
-             "--token", token, "--work-root", str(work_root), *options],
-            stdout=self._log_file, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "kernelexec",
+                "serve",
+                "--port",
+                str(self.port),
+                "--token",
+                token,
+                "--work-root",
+                str(work_root),
+                *options,
+            ],
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
         )
-        self.http = httpx.Client(base_url=self.url, headers=self.auth, trust_env=False,
-                                 timeout=httpx.Timeout(30.0, read=120.0))
+        self.http = httpx.Client(
+            base_url=self.url,
+            headers=self.auth,
+            trust_env=False,
+            timeout=httpx.Timeout(30.0, read=120.0),
+        )
         self._wait_ready()
 
     @property

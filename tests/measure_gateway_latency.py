@@ -43,8 +43,10 @@ def main() -> None:
                 times = sorted(asyncio.run(round_trips(gateway.url, n)))
             finally:
                 gateway.stop()
-            print(f"{label}: median {statistics.median(times):6.1f} ms, "
-                  f"p90 {times[int(len(times) * 0.9)]:6.1f} ms over {n} executions")
+            print(
+                f"{label}: median {statistics.median(times):6.1f} ms, "
+                f"p90 {times[int(len(times) * 0.9)]:6.1f} ms over {n} executions"
+            )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ import pytest
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 TOKEN = "test-token-0123456789"
-EG_VENV = Path(os.environ.get("KERNELEXEC_TEST_EG_VENV")
-               or Path.home() / ".cache" / "kernelexec-tests" / "enterprise-gateway")
+EG_VENV = Path(
+    os.environ.get("KERNELEXEC_TEST_EG_VENV")
+    or Path.home() / ".cache" / "kernelexec-tests" / "enterprise-gateway"
+)
 LOCKS = Path(tempfile.gettempdir()) / "kernelexec-test-locks"
 
 
@@ -75,8 +77,15 @@ class Gateway:
                 self.process.wait()
 
 
-def start_gateway(argv: list[str], port: int, log: Path, *, token: str = TOKEN,
-                  env: dict[str, str] | None = None, cwd: Path | None = None) -> Gateway:
+def start_gateway(
+    argv: list[str],
+    port: int,
+    log: Path,
+    *,
+    token: str = TOKEN,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Gateway:
     """Starts ``argv`` and returns once it answers /api/kernelspecs."""
     out = log.open("wb")
     process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
@@ -85,8 +94,9 @@ def start_gateway(argv: list[str], port: int, log: Path, *, token: str = TOKEN,
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"{argv[0]} exited: {log.read_text()[-3000:]}")
-        request = urllib.request.Request(f"{gateway.url}/api/kernelspecs",
-                                         headers={"Authorization": f"token {token}"})
+        request = urllib.request.Request(
+            f"{gateway.url}/api/kernelspecs", headers={"Authorization": f"token {token}"}
+        )
         with contextlib.suppress(OSError):
             with urllib.request.urlopen(request, timeout=2):
                 return gateway
@@ -99,8 +109,21 @@ def kernelexec_gateway(tmp: Path, *extra: str, env: dict[str, str] | None = None
     """``kernelexec gateway`` (a tuned Jupyter Kernel Gateway) on a free port."""
     port = free_port()
     return start_gateway(
-        [sys.executable, "-m", "kernelexec", "gateway", "--port", str(port), "--token", TOKEN,
-         *extra], port, tmp / f"kernelexec-gateway-{port}.log", env=env, cwd=tmp,
+        [
+            sys.executable,
+            "-m",
+            "kernelexec",
+            "gateway",
+            "--port",
+            str(port),
+            "--token",
+            TOKEN,
+            *extra,
+        ],
+        port,
+        tmp / f"kernelexec-gateway-{port}.log",
+        env=env,
+        cwd=tmp,
     )
 
 
@@ -109,9 +132,17 @@ def stock_kernel_gateway(tmp: Path, *options: str) -> Gateway:
     port = free_port()
     jupyter = shutil.which("jupyter") or "jupyter"
     return start_gateway(
-        [jupyter, "kernelgateway", "--KernelGatewayApp.ip=127.0.0.1",
-         f"--KernelGatewayApp.port={port}", f"--KernelGatewayApp.auth_token={TOKEN}", *options],
-        port, tmp / f"kernel-gateway-{port}.log", cwd=tmp,
+        [
+            jupyter,
+            "kernelgateway",
+            "--KernelGatewayApp.ip=127.0.0.1",
+            f"--KernelGatewayApp.port={port}",
+            f"--KernelGatewayApp.auth_token={TOKEN}",
+            *options,
+        ],
+        port,
+        tmp / f"kernel-gateway-{port}.log",
+        cwd=tmp,
     )
 
 
@@ -123,14 +154,23 @@ def enterprise_gateway_command() -> Path:
         if not (EG_VENV / ".complete").exists():
             shutil.rmtree(EG_VENV, ignore_errors=True)
             EG_VENV.parent.mkdir(parents=True, exist_ok=True)
-            steps = [[sys.executable, "-m", "venv", str(EG_VENV)],
-                     [str(EG_VENV / "bin" / "pip"), "install", "-q",
-                      "jupyter_enterprise_gateway>=3.2", "ipykernel"]]
+            steps = [
+                [sys.executable, "-m", "venv", str(EG_VENV)],
+                [
+                    str(EG_VENV / "bin" / "pip"),
+                    "install",
+                    "-q",
+                    "jupyter_enterprise_gateway>=3.2",
+                    "ipykernel",
+                ],
+            ]
             for step in steps:
                 proc = subprocess.run(step, capture_output=True, text=True, timeout=900)
                 if proc.returncode != 0:
-                    unavailable(f"cannot install Jupyter Enterprise Gateway in {EG_VENV}: "
-                                f"{proc.stderr[-2000:]}")
+                    unavailable(
+                        f"cannot install Jupyter Enterprise Gateway in {EG_VENV}: "
+                        f"{proc.stderr[-2000:]}"
+                    )
             (EG_VENV / ".complete").touch()
     return exe
 
@@ -142,11 +182,18 @@ def enterprise_gateway(tmp: Path) -> Gateway:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON"))}
     env["PATH"] = f"{EG_VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return start_gateway(
-        [str(exe), "--ip=127.0.0.1", f"--port={port}",
-         f"--EnterpriseGatewayApp.auth_token={TOKEN}",
-         # EG refuses kernels for "root" by default; CI runs as root.
-         "--EnterpriseGatewayApp.unauthorized_users=nobody"],
-        port, tmp / f"enterprise-gateway-{port}.log", env=env, cwd=tmp,
+        [
+            str(exe),
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--EnterpriseGatewayApp.auth_token={TOKEN}",
+            # EG refuses kernels for "root" by default; CI runs as root.
+            "--EnterpriseGatewayApp.unauthorized_users=nobody",
+        ],
+        port,
+        tmp / f"enterprise-gateway-{port}.log",
+        env=env,
+        cwd=tmp,
     )
 
 
@@ -159,16 +206,23 @@ def docker_image() -> str:
         unavailable(f"the Docker engine is not reachable: {info.stderr.strip()[:300]}")
     base = os.environ.get("KERNELEXEC_TEST_BASE_IMAGE")
     if not base:
-        local = subprocess.run(["docker", "image", "inspect", "kernelexec-base:bookworm"],
-                               capture_output=True, timeout=60)
+        local = subprocess.run(
+            ["docker", "image", "inspect", "kernelexec-base:bookworm"],
+            capture_output=True,
+            timeout=60,
+        )
         if local.returncode != 0:
-            unavailable("KERNELEXEC_TEST_BASE_IMAGE is not set; run "
-                        "../shared/ci/docker-engine.sh and export its BASE_IMAGE")
+            unavailable(
+                "KERNELEXEC_TEST_BASE_IMAGE is not set; run "
+                "../shared/ci/docker-engine.sh and export its BASE_IMAGE"
+            )
         base = "kernelexec-base:bookworm"
     with file_lock("docker-image"):
         proc = subprocess.run(
-            [sys.executable, "-m", "kernelexec", "image", "build", "--base-image", base,
-             "--quiet"], capture_output=True, text=True, timeout=1800,
+            [sys.executable, "-m", "kernelexec", "image", "build", "--base-image", base, "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
         )
     if proc.returncode != 0:
         pytest.fail(f"kernelexec image build failed:\n{proc.stderr[-3000:]}")
@@ -177,8 +231,9 @@ def docker_image() -> str:
 
 def rest(gateway: Gateway, method: str, path: str) -> int:
     """The status of one REST call to ``gateway``."""
-    request = urllib.request.Request(gateway.url + path, method=method,
-                                     headers={"Authorization": f"token {gateway.token}"})
+    request = urllib.request.Request(
+        gateway.url + path, method=method, headers={"Authorization": f"token {gateway.token}"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return int(response.status)
@@ -191,8 +246,10 @@ def rest(gateway: Gateway, method: str, path: str) -> int:
 
 @pytest.fixture(scope="session")
 def tuned_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    gateway = kernelexec_gateway(tmp_path_factory.mktemp("tuned-gateway"),
-                                 env={**os.environ, "GATEWAY_SECRET_TOKEN": "do-not-leak"})
+    gateway = kernelexec_gateway(
+        tmp_path_factory.mktemp("tuned-gateway"),
+        env={**os.environ, "GATEWAY_SECRET_TOKEN": "do-not-leak"},
+    )
     yield gateway
     gateway.stop()
 

@@ -20,8 +20,10 @@ from servers import eg_gateway, kernel_image, tuned_gateway
 from kernelexec import AsyncSession, DockerBackend, GatewayBackend, KernelBackend
 
 # A 1x1 PNG.
-PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
-       "RU5ErkJggg==")
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
+    "RU5ErkJggg=="
+)
 # Enterprise Gateway starts local kernels in its own cwd (it honours
 # KERNEL_WORKING_DIR only for container kernels), so files the kernel writes
 # land there, not in the session's work dir.
@@ -67,9 +69,11 @@ async def test_state_is_kept_and_outputs_come_back(ksession: AsyncSession) -> No
 
 
 async def test_an_image_lands_in_the_host_work_dir(ksession: AsyncSession, kind: str) -> None:
-    code = ("import base64\nfrom IPython.display import Image, display\n"
-            f"data = base64.b64decode('{PNG}')\nopen('written.png', 'wb').write(data)\n"
-            "display(Image(data=data))")
+    code = (
+        "import base64\nfrom IPython.display import Image, display\n"
+        f"data = base64.b64decode('{PNG}')\nopen('written.png', 'wb').write(data)\n"
+        "display(Image(data=data))"
+    )
     result = await ksession.execute(code)
     assert result.ok, result.text
     shown = [f for f in result.files if f.endswith(".png")]

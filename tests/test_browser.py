@@ -26,16 +26,25 @@ pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent.parent / "test-artifacts"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
 def _need_browser() -> None:
-    missing = [what for what, ok in (
-        ("Debian's chromium at /usr/bin/chromium", os.path.exists(CHROMIUM)),
-        ("jupyterlab", shutil.which("jupyter-lab") is not None),
-    ) if not ok]
+    missing = [
+        what
+        for what, ok in (
+            ("Debian's chromium at /usr/bin/chromium", os.path.exists(CHROMIUM)),
+            ("jupyterlab", shutil.which("jupyter-lab") is not None),
+        )
+        if not ok
+    ]
     try:
         import playwright  # noqa: F401
     except ImportError:
@@ -61,11 +70,24 @@ def lab(agent: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Itera
     port, token = free_port(), "lab-token-0123"
     log = (root.parent / "jupyterlab.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root",
-         f"--GatewayClient.url={agent.url}", f"--GatewayClient.auth_token={agent.token}",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=root,
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            f"--port={port}",
+            "--ip=127.0.0.1",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--allow-root",
+            f"--GatewayClient.url={agent.url}",
+            f"--GatewayClient.auth_token={agent.token}",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=root,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -103,9 +125,15 @@ def test_a_person_sees_the_agents_variable_and_its_plot(agent: ServerProcess, la
     # A notebook session on the agent's kernel, as JupyterLab makes when a person picks it.
     kernel_id = str(uuid.UUID(hex=session_id))
     attached = httpx.post(
-        f"{url}/api/sessions?token={token}", trust_env=False, timeout=60,
-        json={"path": "debug.ipynb", "type": "notebook", "name": "debug.ipynb",
-              "kernel": {"id": kernel_id}},
+        f"{url}/api/sessions?token={token}",
+        trust_env=False,
+        timeout=60,
+        json={
+            "path": "debug.ipynb",
+            "type": "notebook",
+            "name": "debug.ipynb",
+            "kernel": {"id": kernel_id},
+        },
     )
     assert attached.status_code == 201, attached.text
     assert attached.json()["kernel"]["id"] == kernel_id

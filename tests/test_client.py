@@ -85,8 +85,9 @@ def test_remote_session_feels_like_a_local_one(client: Client, server: ServerPro
 def test_on_output_streams_outputs_in_order(client: Client) -> None:
     seen: list[dict[str, Any]] = []
     with client.session() as session:
-        result = session.execute("import time\nfor i in range(3):\n    print(i); time.sleep(0.3)",
-                                 on_output=seen.append)
+        result = session.execute(
+            "import time\nfor i in range(3):\n    print(i); time.sleep(0.3)", on_output=seen.append
+        )
         assert result.stdout == "0\n1\n2\n"
         assert "".join(o["text"] for o in seen) == "0\n1\n2\n"
         assert "2" not in seen[0]["text"]
@@ -113,9 +114,7 @@ def test_interrupt_from_another_thread(client: Client) -> None:
         assert session.execute("print(kept)").stdout == "1\n"
 
 
-def test_errors_are_kernelexec_errors_naming_the_fix(
-    client: Client, server: ServerProcess
-) -> None:
+def test_errors_are_kernelexec_errors_naming_the_fix(client: Client, server: ServerProcess) -> None:
     with Client(server.url, token="wrong-token-123456") as wrong:
         with pytest.raises(AuthenticationError, match="token"):
             wrong.sessions()
@@ -148,15 +147,18 @@ async def test_async_client(server: ServerProcess) -> None:
         async with await client.session(timeout=120) as session:
             assert (await session.execute("y = 2")).ok
             seen: list[dict[str, Any]] = []
-            streamed = await session.execute("for i in range(3): print(i * y)",
-                                             on_output=seen.append)
-            assert streamed.stdout == "0\n2\n4\n" and "".join(o["text"] for o in seen) == \
-                "0\n2\n4\n"
+            streamed = await session.execute(
+                "for i in range(3): print(i * y)", on_output=seen.append
+            )
+            assert (
+                streamed.stdout == "0\n2\n4\n" and "".join(o["text"] for o in seen) == "0\n2\n4\n"
+            )
 
             # Interrupt from a second task while a loop runs.
             started = asyncio.Event()
             running = asyncio.create_task(
-                session.execute(LOOP, on_output=lambda output: started.set()))
+                session.execute(LOOP, on_output=lambda output: started.set())
+            )
             await asyncio.wait_for(started.wait(), 60)
             assert (await session.info()).state == "busy"
             await session.interrupt()

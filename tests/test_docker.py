@@ -21,8 +21,12 @@ from kernelexec._image import image_tag
 
 
 def container_exists(name: str) -> bool:
-    proc = subprocess.run(["docker", "ps", "-aq", "--filter", f"name=^{name}$"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"name=^{name}$"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return bool(proc.stdout.strip())
 
 
@@ -48,8 +52,12 @@ async def test_memory_limit_ends_in_an_out_of_memory_death(
     async with AsyncSession(tmp_path, backend=backend) as s:
         await s.execute("x = 1")
         assert backend.container is not None
-        inspect = subprocess.run(["docker", "inspect", "--format", "{{json .HostConfig}}",
-                                  backend.container], capture_output=True, text=True, timeout=60)
+        inspect = subprocess.run(
+            ["docker", "inspect", "--format", "{{json .HostConfig}}", backend.container],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         host = json.loads(inspect.stdout)
         assert (host["Memory"], host["PidsLimit"], host["NanoCpus"]) == (256 << 20, 64, 10**9)
         result = await s.execute("b = bytearray(1 << 30)")
@@ -92,8 +100,11 @@ OWNER = textwrap.dedent("""
 def test_cleanup_removes_the_container_of_a_killed_process(
     kernel_image: str, tmp_path: Path
 ) -> None:
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, kernel_image, str(tmp_path)],
-                             stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, kernel_image, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert owner.stdout is not None
         name = owner.stdout.readline().strip()
@@ -101,8 +112,9 @@ def test_cleanup_removes_the_container_of_a_killed_process(
         owner.send_signal(signal.SIGKILL)
         owner.wait(30)
     assert name.startswith("kernelexec-") and container_exists(name)  # no atexit after SIGKILL
-    proc = subprocess.run([sys.executable, "-m", "kernelexec", "cleanup"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelexec", "cleanup"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"removed {name}" in proc.stdout
     assert not container_exists(name)

@@ -108,9 +108,9 @@ async def test_output_sent_while_the_socket_was_down_is_replayed(
 ) -> None:
     backend = GatewayBackend(await proxy.start(), token=TOKEN)
     async with AsyncSession(tmp_path, backend=backend, timeout=30) as s:
-        task = asyncio.create_task(s.execute(
-            "import time\nprint('before', flush=True)\ntime.sleep(1.5)\nprint('after')"
-        ))
+        task = asyncio.create_task(
+            s.execute("import time\nprint('before', flush=True)\ntime.sleep(1.5)\nprint('after')")
+        )
         await asyncio.sleep(0.7)
         proxy.cut()
         result = await task
@@ -206,7 +206,8 @@ async def test_a_missing_kernelspec_is_a_clear_error(
 @pytest.fixture
 def full_legacy_gateway(tmp_path: Path) -> Iterator[Gateway]:
     gateway = stock_kernel_gateway(
-        tmp_path, "--KernelGatewayApp.max_kernels=1",
+        tmp_path,
+        "--KernelGatewayApp.max_kernels=1",
         "--ZMQChannelsWebsocketConnection.kernel_ws_protocol=",
     )
     yield gateway
@@ -228,7 +229,10 @@ async def test_a_full_gateway_and_the_legacy_protocol(
 def test_kernelexec_gateway_generates_and_prints_a_token(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernelexec", "gateway", "--port", str(free_port())],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
     )
     try:
         assert proc.stdout is not None
@@ -256,7 +260,6 @@ def test_v1_frames_match_jupyter_server() -> None:
 def test_legacy_frames_with_buffers_decode() -> None:
     msg = _wire.new_message("comm_msg", {"data": {}}, session="s")
     msg["buffers"] = [b"abc"]
-    channel, decoded = _wire.decode(serialize_binary_message({**msg, "channel": "iopub"}),
-                                    v1=False)
+    channel, decoded = _wire.decode(serialize_binary_message({**msg, "channel": "iopub"}), v1=False)
     assert channel == "iopub" and decoded["buffers"] == [b"abc"]
     assert _wire.decode(_wire.encode("shell", msg, v1=False), v1=False)[0] == "shell"

@@ -22,15 +22,15 @@ def executor(tmp_path: Path) -> Iterator[KernelexecCodeExecutor]:
         yield ex
 
 
-def run(executor: KernelexecCodeExecutor, code: str, language: str = "python") -> (
-    IPythonCodeResult
-):
+def run(executor: KernelexecCodeExecutor, code: str, language: str = "python") -> IPythonCodeResult:
     return executor.execute_code_blocks([CodeBlock(code=code, language=language)])
 
 
 def agent_with(executor: KernelexecCodeExecutor) -> ConversableAgent:
     return ConversableAgent(
-        "runner", llm_config=False, human_input_mode="NEVER",
+        "runner",
+        llm_config=False,
+        human_input_mode="NEVER",
         code_execution_config={"executor": executor},
     )
 
@@ -63,7 +63,7 @@ def test_agent_runs_python_bang_commands_and_bash_blocks(
     answer = reply(
         agent_with(executor),
         "```python\nword = 'kernel'\n!echo bang-$((6 * 7))\nprint(word)\n```\n"
-        "```bash\necho \"bash in $(pwd)\"\n```\n",
+        '```bash\necho "bash in $(pwd)"\n```\n',
     )
     assert answer.startswith("exitcode: 0"), answer
     assert "bang-42" in answer and "kernel" in answer
@@ -73,8 +73,7 @@ def test_agent_runs_python_bang_commands_and_bash_blocks(
 def test_hello_world(executor: KernelexecCodeExecutor) -> None:
     result = run(executor, "print('hello world!')")
     assert isinstance(result, IPythonCodeResult)
-    assert (result.exit_code, result.output.strip(), result.output_files) == (
-        0, "hello world!", [])
+    assert (result.exit_code, result.output.strip(), result.output_files) == (0, "hello world!", [])
 
 
 def test_dependent_executions_share_state(executor: KernelexecCodeExecutor) -> None:
@@ -90,8 +89,10 @@ def test_undefined_variable_exits_1_with_the_traceback(executor: KernelexecCodeE
 
 def test_failed_bash_block_exits_1(executor: KernelexecCodeExecutor) -> None:
     result = executor.execute_code_blocks(
-        [CodeBlock(code="echo before; exit 3", language="sh"),
-         CodeBlock(code="print('never')", language="python")]
+        [
+            CodeBlock(code="echo before; exit 3", language="sh"),
+            CodeBlock(code="print('never')", language="python"),
+        ]
     )
     assert result.exit_code == 1
     assert "before" in result.output and "never" not in result.output
@@ -99,10 +100,14 @@ def test_failed_bash_block_exits_1(executor: KernelexecCodeExecutor) -> None:
 
 def test_image_and_html_saved_with_the_lines_ag2_prints(executor: KernelexecCodeExecutor) -> None:
     result = executor.execute_code_blocks(
-        [CodeBlock(code="from PIL import Image\nImage.new('RGB', (40, 30), 'red')",
-                   language="python"),
-         CodeBlock(code="from IPython.display import HTML\nHTML('<h1>Hi</h1>')",
-                   language="python")]
+        [
+            CodeBlock(
+                code="from PIL import Image\nImage.new('RGB', (40, 30), 'red')", language="python"
+            ),
+            CodeBlock(
+                code="from IPython.display import HTML\nHTML('<h1>Hi</h1>')", language="python"
+            ),
+        ]
     )
     assert result.exit_code == 0
     png, page = (Path(p) for p in result.output_files)
@@ -159,8 +164,9 @@ def test_approval_func_refusal_is_the_result_and_nothing_runs(tmp_path: Path) ->
         return Approval(approved=False, reason="no files today")
 
     with KernelexecCodeExecutor(output_dir=tmp_path, approval_func=refuse) as executor:
-        answer = reply(agent_with(executor),
-                       "```python\nopen('evidence.txt', 'w').write('ran')\n```")
+        answer = reply(
+            agent_with(executor), "```python\nopen('evidence.txt', 'w').write('ran')\n```"
+        )
     assert len(seen) == 1 and "evidence.txt" in seen[0][0].code
     assert answer.startswith("exitcode: 1 (execution failed)")
     assert "refused" in answer and "no files today" in answer

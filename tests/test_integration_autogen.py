@@ -25,9 +25,9 @@ async def executor(tmp_path: Path) -> AsyncIterator[KernelexecCodeExecutor]:
         yield ex
 
 
-async def run(executor: KernelexecCodeExecutor, code: str, language: str = "python") -> (
-    KernelexecCodeResult
-):
+async def run(
+    executor: KernelexecCodeExecutor, code: str, language: str = "python"
+) -> KernelexecCodeResult:
     return await executor.execute_code_blocks(
         [CodeBlock(code=code, language=language)], CancellationToken()
     )
@@ -44,8 +44,9 @@ async def test_code_executor_agent_answers_messages_and_keeps_state(
 ) -> None:
     agent = quiet_agent(executor)
     token = CancellationToken()
-    first = TextMessage(content="Let's set x.\n```python\nx = 41\nprint('x is set')\n```\n",
-                        source="user")
+    first = TextMessage(
+        content="Let's set x.\n```python\nx = 41\nprint('x is set')\n```\n", source="user"
+    )
     second = TextMessage(content="And now:\n```python\nprint(x + 1)\n```\n", source="user")
     answer = await agent.on_messages([first], token)
     assert "x is set" in answer.chat_message.to_text()
@@ -84,8 +85,11 @@ async def test_undefined_variable_exits_1_with_the_traceback(
 
 async def test_blocks_after_a_failure_do_not_run(executor: KernelexecCodeExecutor) -> None:
     result = await executor.execute_code_blocks(
-        [CodeBlock("print('one')", "python"), CodeBlock("1/0", "python"),
-         CodeBlock("print('three')", "python")],
+        [
+            CodeBlock("print('one')", "python"),
+            CodeBlock("1/0", "python"),
+            CodeBlock("print('three')", "python"),
+        ],
         CancellationToken(),
     )
     assert result.exit_code == 1
@@ -115,7 +119,7 @@ async def test_jpeg_and_svg_are_saved_as_files(executor: KernelexecCodeExecutor)
         "import io\nfrom PIL import Image as P\nfrom IPython.display import Image, SVG, display\n"
         "buf = io.BytesIO(); P.new('RGB', (8, 8), 'blue').save(buf, 'jpeg')\n"
         "display(Image(buf.getvalue(), format='jpeg'))\n"
-        "display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"4\" height=\"4\"/>'))",
+        'display(SVG(\'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>\'))',
     )
     assert result.exit_code == 0
     assert [p.suffix for p in result.output_files] == [".jpg", ".svg"]
@@ -127,9 +131,11 @@ async def test_kernel_cwd_is_output_dir_and_shell_blocks_run_as_shell(
     executor: KernelexecCodeExecutor,
 ) -> None:
     result = await executor.execute_code_blocks(
-        [CodeBlock("import os\nprint(os.getcwd())\nopen('made.txt', 'w').write('x')", "python"),
-         CodeBlock('echo "shell in $(pwd)"; test -n "$BASH_VERSION" && echo bash', "sh"),
-         CodeBlock("ls made.txt", "bash")],
+        [
+            CodeBlock("import os\nprint(os.getcwd())\nopen('made.txt', 'w').write('x')", "python"),
+            CodeBlock('echo "shell in $(pwd)"; test -n "$BASH_VERSION" && echo bash', "sh"),
+            CodeBlock("ls made.txt", "bash"),
+        ],
         CancellationToken(),
     )
     assert result.exit_code == 0, result.output
@@ -223,8 +229,10 @@ async def test_approval_func_refusal_is_the_result_and_nothing_runs(tmp_path: Pa
         seen.append(blocks)
         return Approval(approved=False, reason="writing files is not allowed")
 
-    blocks = [CodeBlock("open('evidence.txt', 'w').write('ran')", "python"),
-              CodeBlock("touch evidence2.txt", "sh")]
+    blocks = [
+        CodeBlock("open('evidence.txt', 'w').write('ran')", "python"),
+        CodeBlock("touch evidence2.txt", "sh"),
+    ]
     async with KernelexecCodeExecutor(output_dir=tmp_path, approval_func=refuse) as executor:
         result = await executor.execute_code_blocks(blocks, CancellationToken())
     assert seen == [blocks]

@@ -18,12 +18,18 @@ from kernelexec.integrations._blocks import combine, quiet_pip
     ("code", "language", "quiet"),
     [
         ("!pip install numpy", "python", "!pip install -qqq numpy"),
-        ("x = 1\n%pip install a b\n! pip install c", "python",
-         "x = 1\n%pip install -qqq a b\n! pip install -qqq c"),
+        (
+            "x = 1\n%pip install a b\n! pip install c",
+            "python",
+            "x = 1\n%pip install -qqq a b\n! pip install -qqq c",
+        ),
         ("!pip install -qqq numpy", "python", "!pip install -qqq numpy"),
         ("pip install numpy", "python", "pip install numpy"),  # Python, not a command
-        ("pip install numpy\npython -m pip install x", "sh",
-         "pip install -qqq numpy\npython -m pip install -qqq x"),
+        (
+            "pip install numpy\npython -m pip install x",
+            "sh",
+            "pip install -qqq numpy\npython -m pip install -qqq x",
+        ),
         ("pip install numpy", "javascript", "pip install numpy"),
         ("echo pip install numpy", "bash", "echo pip install numpy"),
     ],
@@ -69,6 +75,5 @@ def test_the_core_package_imports_no_framework() -> None:
         "frameworks = {'autogen', 'autogen_core', 'autogen_ext', 'autogen_agentchat', 'mcp'}\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in frameworks))"
     )
-    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -28,9 +28,18 @@ def request(msg_type: str, content: dict[str, Any], channel: str = "shell") -> d
     msg_id = uuid.uuid4().hex
     return {
         "channel": channel,
-        "header": {"msg_id": msg_id, "msg_type": msg_type, "username": "debugger",
-                   "session": "debug", "date": "", "version": "5.3"},
-        "parent_header": {}, "metadata": {}, "content": content, "buffers": [],
+        "header": {
+            "msg_id": msg_id,
+            "msg_type": msg_type,
+            "username": "debugger",
+            "session": "debug",
+            "date": "",
+            "version": "5.3",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "content": content,
+        "buffers": [],
     }
 
 
@@ -38,11 +47,20 @@ def run_over_websocket(server: ServerProcess, kernel_id: str, code: str) -> tupl
     """Runs code as JupyterLab would; its stdout, and the reply's status."""
     ws = websocket.create_connection(
         f"ws://127.0.0.1:{server.port}/api/kernels/{kernel_id}/channels",
-        header=[f"Authorization: token {server.token}"], timeout=60,
+        header=[f"Authorization: token {server.token}"],
+        timeout=60,
     )
     try:
-        msg = request("execute_request", {"code": code, "silent": False, "store_history": True,
-                                          "user_expressions": {}, "allow_stdin": False})
+        msg = request(
+            "execute_request",
+            {
+                "code": code,
+                "silent": False,
+                "store_history": True,
+                "user_expressions": {},
+                "allow_stdin": False,
+            },
+        )
         ws.send(json.dumps(msg))
         stdout, status, idle = "", None, False
         while status is None or not idle:
@@ -94,16 +112,30 @@ def test_the_channels_need_the_token(server: ServerProcess) -> None:
         websocket.create_connection(
             f"ws://127.0.0.1:{server.port}/api/kernels/{session_id}/channels", timeout=30
         )
-    assert server.http.get("/api/kernels", headers={"Authorization": "token wrong"}).status_code == 401
+    assert (
+        server.http.get("/api/kernels", headers={"Authorization": "token wrong"}).status_code == 401
+    )
 
 
 def test_attach_prints_a_working_console_command(server: ServerProcess) -> None:
     session_id = server.create()
     server.execute(session_id, "answer = 42")
     proc = subprocess.run(
-        [sys.executable, "-m", "kernelexec", "attach", session_id, "--url", server.url,
-         "--token", server.token, "--print"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "kernelexec",
+            "attach",
+            session_id,
+            "--url",
+            server.url,
+            "--token",
+            server.token,
+            "--print",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     command = proc.stdout.strip()

@@ -21,8 +21,15 @@ from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
 
 from kernelexec._mcp._files import FileRefused, confined
 
-TOOLS = {"execute_code", "list_sessions", "restart_session", "interrupt_session",
-         "list_files", "read_file", "get_notebook"}
+TOOLS = {
+    "execute_code",
+    "list_sessions",
+    "restart_session",
+    "interrupt_session",
+    "list_files",
+    "read_file",
+    "get_notebook",
+}
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\nprint('plotted')"
 
 
@@ -71,8 +78,13 @@ async def test_sessions_keep_state_apart_and_can_be_restarted(tmp_path: Path) ->
         await call(client, "execute_code", code="x = 'default x'")
         await call(client, "execute_code", code="x = 'other x'", session="other")
         assert texts(await call(client, "execute_code", code="print(x)")).strip() == "default x"
-        shell = await call(client, "execute_code", code="echo $((40 + 2)) in $PWD",
-                           language="bash", session="other")
+        shell = await call(
+            client,
+            "execute_code",
+            code="echo $((40 + 2)) in $PWD",
+            language="bash",
+            session="other",
+        )
         assert texts(shell).strip() == f"42 in {(tmp_path / 'root' / 'other').resolve()}"
         infos = json.loads(texts(await call(client, "list_sessions")))
         assert [(i["id"], i["executions"]) for i in infos] == [("default", 2), ("other", 2)]
@@ -92,7 +104,8 @@ async def test_errors_timeouts_and_interrupts(tmp_path: Path) -> None:
         await call(client, "execute_code", code="kept = 1")
         timed = await call(client, "execute_code", code="import time; time.sleep(30)", timeout=2)
         running = asyncio.ensure_future(
-            call(client, "execute_code", code="import time; time.sleep(60)"))
+            call(client, "execute_code", code="import time; time.sleep(60)")
+        )
         started = time.monotonic()
         await asyncio.sleep(2)
         interrupted = await call(client, "interrupt_session")
@@ -128,13 +141,20 @@ async def test_files_and_notebook(tmp_path: Path) -> None:
     outside = tmp_path / "secret.txt"
     outside.write_text("not for the agent")
     async with stdio_mcp(tmp_path / "root") as client:
-        await call(client, "execute_code", code=(
-            "import os\nopen('notes.txt', 'w').write('hello file')\n"
-            f"os.symlink({str(outside)!r}, 'leak.txt')"))
+        await call(
+            client,
+            "execute_code",
+            code=(
+                "import os\nopen('notes.txt', 'w').write('hello file')\n"
+                f"os.symlink({str(outside)!r}, 'leak.txt')"
+            ),
+        )
         listed = json.loads(texts(await call(client, "list_files")))
         text = await call(client, "read_file", path="notes.txt")
-        refusals = [await call(client, "read_file", path=p)
-                    for p in ("../secret.txt", str(outside), "leak.txt", "missing.txt")]
+        refusals = [
+            await call(client, "read_file", path=p)
+            for p in ("../secret.txt", str(outside), "leak.txt", "missing.txt")
+        ]
         notebook = await call(client, "get_notebook")
     paths = {f["path"] for f in listed["files"]}
     assert {"notes.txt", "transcript.ipynb"} <= paths
@@ -151,8 +171,16 @@ def test_confined_refuses_what_leads_out(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "link").symlink_to(tmp_path.parent)
     assert confined(tmp_path, "in.txt") == (tmp_path / "in.txt").resolve()
-    for path in ("", "/etc/passwd", "../in.txt", "sub/../../x", "sub/link/x", "sub", "a\x00b",
-                 "sub\\..\\..\\x"):
+    for path in (
+        "",
+        "/etc/passwd",
+        "../in.txt",
+        "sub/../../x",
+        "sub/link/x",
+        "sub",
+        "a\x00b",
+        "sub\\..\\..\\x",
+    ):
         with pytest.raises(FileRefused):
             confined(tmp_path, path)
 
@@ -168,8 +196,20 @@ async def test_streamable_http(tmp_path: Path) -> None:
     port = free_port()
     log = (tmp_path / "http.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kernelexec", "mcp", "--http", "--port", str(port),
-         "--work-root", str(tmp_path / "root")], stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "kernelexec",
+            "mcp",
+            "--http",
+            "--port",
+            str(port),
+            "--work-root",
+            str(tmp_path / "root"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -181,9 +221,14 @@ async def test_streamable_http(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "the MCP HTTP server did not come up"
                 await asyncio.sleep(0.2)
         http = httpx2.AsyncClient(trust_env=False, timeout=httpx2.Timeout(30, read=120))
-        async with http, streamable_http_client(
-            f"http://127.0.0.1:{port}/mcp", http_client=http
-        ) as (read, write), ClientSession(read, write) as client:
+        async with (
+            http,
+            streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (
+                read,
+                write,
+            ),
+            ClientSession(read, write) as client,
+        ):
             await client.initialize()
             assert {t.name for t in (await client.list_tools()).tools} == TOOLS
             result = await call(client, "execute_code", code="print(6 * 7)")

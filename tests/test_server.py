@@ -19,8 +19,9 @@ from _serverproc import TOKEN, ServerProcess
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("server")
-    proc = ServerProcess(root / "work", "--max-sessions", "6", "--max-body-mb", "1",
-                         "--max-timeout", "120")
+    proc = ServerProcess(
+        root / "work", "--max-sessions", "6", "--max-body-mb", "1", "--max-timeout", "120"
+    )
     yield proc
     assert proc.stop() == 0
 
@@ -36,35 +37,52 @@ def test_health_needs_no_token(server: ServerProcess) -> None:
 
 
 ROUTES = [
-    ("GET", "/openapi.json"), ("GET", "/sessions"), ("POST", "/sessions"),
-    ("GET", "/sessions/{id}"), ("DELETE", "/sessions/{id}"),
-    ("POST", "/sessions/{id}/execute"), ("POST", "/sessions/{id}/execute/stream"),
-    ("POST", "/sessions/{id}/interrupt"), ("POST", "/sessions/{id}/restart"),
-    ("GET", "/sessions/{id}/files"), ("GET", "/sessions/{id}/files/{path}"),
-    ("PUT", "/sessions/{id}/files/{path}"), ("GET", "/sessions/{id}/notebook"),
+    ("GET", "/openapi.json"),
+    ("GET", "/sessions"),
+    ("POST", "/sessions"),
+    ("GET", "/sessions/{id}"),
+    ("DELETE", "/sessions/{id}"),
+    ("POST", "/sessions/{id}/execute"),
+    ("POST", "/sessions/{id}/execute/stream"),
+    ("POST", "/sessions/{id}/interrupt"),
+    ("POST", "/sessions/{id}/restart"),
+    ("GET", "/sessions/{id}/files"),
+    ("GET", "/sessions/{id}/files/{path}"),
+    ("PUT", "/sessions/{id}/files/{path}"),
+    ("GET", "/sessions/{id}/notebook"),
 ]
 
 
 def test_routes_listed_here_are_the_schemas(server: ServerProcess) -> None:
     paths = server.http.get("/openapi.json").json()["paths"]
-    in_schema = {(method.upper(), path.replace("{session_id}", "{id}"))
-                 for path, item in paths.items() for method in item if method != "parameters"}
+    in_schema = {
+        (method.upper(), path.replace("{session_id}", "{id}"))
+        for path, item in paths.items()
+        for method in item
+        if method != "parameters"
+    }
     assert in_schema == {*ROUTES, ("GET", "/health")}
 
 
-@pytest.mark.parametrize("headers", [
-    {}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": TOKEN},
-    {"Authorization": f"Basic {TOKEN}"}, {"Authorization": f"Bearer {TOKEN}x"},
-    {"Authorization": f"Bearer {TOKEN[:-1]}"},
-], ids=["none", "wrong", "no-scheme", "basic", "longer", "shorter"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong-token-0123456789"},
+        {"Authorization": TOKEN},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": f"Bearer {TOKEN}x"},
+        {"Authorization": f"Bearer {TOKEN[:-1]}"},
+    ],
+    ids=["none", "wrong", "no-scheme", "basic", "longer", "shorter"],
+)
 def test_every_route_but_health_needs_the_token(
     server: ServerProcess, sid: str, headers: dict[str, str]
 ) -> None:
     (server.work_root / sid / "keep.txt").write_text("kept")
     for method, path in ROUTES:
         url = server.url + path.format(id=sid, path="keep.txt")
-        response = httpx.request(method, url, headers=headers, json={"code": "1"},
-                                 trust_env=False)
+        response = httpx.request(method, url, headers=headers, json={"code": "1"}, trust_env=False)
         assert response.status_code == 401, (method, path, response.text)
         assert response.json()["error"] == "unauthorized"
         assert response.headers["www-authenticate"] == "Bearer"
@@ -131,10 +149,12 @@ def test_streaming_outputs_arrive_in_order_before_the_result(
     server: ServerProcess, sid: str
 ) -> None:
     # Each line carries the kernel's clock when printed; same machine, same clock.
-    code = ("import time\nfor i in range(3):\n    print(i, time.time(), flush=True)"
-            "; time.sleep(0.3)\n")
-    with server.http.stream("POST", f"/sessions/{sid}/execute/stream",
-                            json={"code": code}) as response:
+    code = (
+        "import time\nfor i in range(3):\n    print(i, time.time(), flush=True); time.sleep(0.3)\n"
+    )
+    with server.http.stream(
+        "POST", f"/sessions/{sid}/execute/stream", json={"code": code}
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = list(sse_events(response))
@@ -157,10 +177,15 @@ async def test_interrupt_from_a_second_request(server: ServerProcess) -> None:
     sid = server.create(timeout=120)
     server.execute(sid, "kept = 'still here'")
     code = "import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.05)\n"
-    async with httpx.AsyncClient(base_url=server.url, headers=server.auth, trust_env=False,
-                                 timeout=httpx.Timeout(30, read=120)) as http:
-        async with http.stream("POST", f"/sessions/{sid}/execute/stream",
-                               json={"code": code}) as response:
+    async with httpx.AsyncClient(
+        base_url=server.url,
+        headers=server.auth,
+        trust_env=False,
+        timeout=httpx.Timeout(30, read=120),
+    ) as http:
+        async with http.stream(
+            "POST", f"/sessions/{sid}/execute/stream", json={"code": code}
+        ) as response:
             events = []
             async for line in response.aiter_lines():
                 if line.startswith("data: "):
@@ -177,8 +202,9 @@ async def test_interrupt_from_a_second_request(server: ServerProcess) -> None:
     server.http.delete(f"/sessions/{sid}")
 
 
-def raw_request(server: ServerProcess, method: str, target: str,
-                body: bytes | None = None) -> tuple[int, bytes]:
+def raw_request(
+    server: ServerProcess, method: str, target: str, body: bytes | None = None
+) -> tuple[int, bytes]:
     """A request sent exactly as written: no client normalizes the path."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
@@ -190,9 +216,11 @@ def raw_request(server: ServerProcess, method: str, target: str,
 
 
 def tree(root: Path, skip: Path) -> dict[str, bytes]:
-    return {str(p): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and not p.is_symlink() and skip not in p.parents
-            and p.suffix != ".log"}
+    return {
+        str(p): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink() and skip not in p.parents and p.suffix != ".log"
+    }
 
 
 TRAVERSALS = [
@@ -225,8 +253,11 @@ def test_traversal_is_refused_and_nothing_outside_is_touched(server: ServerProce
     outside.mkdir(exist_ok=True)
     (outside / "secret.txt").write_text("TOP SECRET")
     (server.work_root / other / "theirs.txt").write_text("TOP SECRET")
-    server.execute(sid, f"import os\nos.symlink({str(outside)!r}, 'escape')\n"
-                   f"os.symlink({str(outside / 'secret.txt')!r}, 'escape_file')")
+    server.execute(
+        sid,
+        f"import os\nos.symlink({str(outside)!r}, 'escape')\n"
+        f"os.symlink({str(outside / 'secret.txt')!r}, 'escape_file')",
+    )
     before = tree(server.work_root.parent, work)
 
     refused = 0
@@ -243,8 +274,9 @@ def test_traversal_is_refused_and_nothing_outside_is_touched(server: ServerProce
 
     # Files inside, a name with a percent sign and dots included, still work.
     for name in ("inside.txt", "sub/dir/50%.csv", "a..b"):
-        target = "/".join(httpx.URL(f"http://x/{part}").raw_path.decode()[1:]
-                          for part in name.split("/"))
+        target = "/".join(
+            httpx.URL(f"http://x/{part}").raw_path.decode()[1:] for part in name.split("/")
+        )
         assert raw_request(server, "PUT", f"/sessions/{sid}/files/{target}", b"data")[0] == 201
         assert raw_request(server, "GET", f"/sessions/{sid}/files/{target}") == (200, b"data")
         assert (work / name).read_bytes() == b"data"
@@ -261,8 +293,11 @@ def test_notebook_download_validates(server: ServerProcess) -> None:
     notebook = nbformat.reads(server.http.get(f"/sessions/{sid}/notebook").text, as_version=4)
     nbformat.validate(notebook)
     sources = [c.source for c in notebook.cells if c.cell_type == "code"]
-    assert sources == ["print('first')", "1/0",
-                       "from IPython.display import HTML\nHTML('<b>x</b>')"]
+    assert sources == [
+        "print('first')",
+        "1/0",
+        "from IPython.display import HTML\nHTML('<b>x</b>')",
+    ]
 
 
 BAD_BODIES: list[tuple[str, str, bytes, int, str]] = [
@@ -285,12 +320,22 @@ BAD_BODIES: list[tuple[str, str, bytes, int, str]] = [
     ("POST", "/sessions/{id}/execute", b"{}", 400, "invalid_request"),
     ("POST", "/sessions/{id}/execute", b'{"code": 1}', 400, "invalid_request"),
     ("POST", "/sessions/{id}/execute", b'{"code": "1", "stdin": "x"}', 400, "invalid_request"),
-    ("POST", "/sessions/{id}/execute", b'{"code": "1", "stdin": ["\\udc80"]}', 400,
-     "invalid_request"),
+    (
+        "POST",
+        "/sessions/{id}/execute",
+        b'{"code": "1", "stdin": ["\\udc80"]}',
+        400,
+        "invalid_request",
+    ),
     ("POST", "/sessions/{id}/execute", b'{"code": "1", "language": 3}', 400, "invalid_request"),
     ("POST", "/sessions/{id}/execute/stream", b'{"code": null}', 400, "invalid_request"),
-    ("POST", "/sessions/{id}/execute", b'{"code": "' + b"x" * 2_000_000 + b'"}', 413,
-     "body_too_large"),
+    (
+        "POST",
+        "/sessions/{id}/execute",
+        b'{"code": "' + b"x" * 2_000_000 + b'"}',
+        413,
+        "body_too_large",
+    ),
     ("PUT", "/sessions/{id}/files/big.bin", b"x" * 2_000_000, 413, "body_too_large"),
     ("PUT", "/sessions/{id}/files/sub", b"x", 400, "not_a_file"),
     ("GET", "/sessions/{id}/files/nope.txt", b"", 404, "file_not_found"),
@@ -310,8 +355,7 @@ def test_bad_input_is_a_4xx_never_a_500(server: ServerProcess, sid: str) -> None
         got, answer = raw_request(server, method, path.format(id=sid), body)
         assert (got, json.loads(answer)["error"]) == (status, code), (method, path, body[:40])
     # A lone surrogate in code is the session's refusal: a result, not an HTTP error.
-    status, answer = raw_request(server, "POST", f"/sessions/{sid}/execute",
-                                 b'{"code": "\\ud800"}')
+    status, answer = raw_request(server, "POST", f"/sessions/{sid}/execute", b'{"code": "\\ud800"}')
     refused = json.loads(answer)
     assert status == 200 and refused["status"] == "error"
     assert refused["error"]["ename"] == "InvalidInput"
@@ -323,8 +367,9 @@ def test_session_ids_are_random_and_work_dirs_separate(server: ServerProcess) ->
     assert a != b and all(c in "0123456789abcdef" for c in a + b)
     server.execute(a, "open('mine.txt', 'w').write('a')")
     assert (server.work_root / a / "mine.txt").exists()
-    assert "mine.txt" not in [f["path"] for f in
-                              server.http.get(f"/sessions/{b}/files").json()["files"]]
+    assert "mine.txt" not in [
+        f["path"] for f in server.http.get(f"/sessions/{b}/files").json()["files"]
+    ]
     for sid in (a, b):
         server.http.delete(f"/sessions/{sid}")
 
@@ -333,11 +378,13 @@ def test_concurrent_sessions_run_in_parallel(server: ServerProcess) -> None:
     a, b = server.create(), server.create()
 
     async def both() -> list[httpx.Response]:
-        async with httpx.AsyncClient(base_url=server.url, headers=server.auth,
-                                     trust_env=False, timeout=120) as http:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers=server.auth, trust_env=False, timeout=120
+        ) as http:
             code = {"code": "import time; time.sleep(1.5); print('done')"}
-            return await asyncio.gather(*(http.post(f"/sessions/{s}/execute", json=code)
-                                          for s in (a, b)))
+            return await asyncio.gather(
+                *(http.post(f"/sessions/{s}/execute", json=code) for s in (a, b))
+            )
 
     started = time.monotonic()
     answers = asyncio.run(both())

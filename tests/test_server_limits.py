@@ -78,11 +78,16 @@ def test_sigterm_interrupts_closes_and_leaves_no_kernel(tmp_path: Path) -> None:
     started = threading.Event()
 
     def run_forever() -> None:
-        with httpx.Client(base_url=server.url, headers=server.auth, trust_env=False,
-                          timeout=httpx.Timeout(30, read=300)) as http:
+        with httpx.Client(
+            base_url=server.url,
+            headers=server.auth,
+            trust_env=False,
+            timeout=httpx.Timeout(30, read=300),
+        ) as http:
             code = "import time\nprint('go', flush=True)\nwhile True:\n    time.sleep(0.05)"
-            with http.stream("POST", f"/sessions/{busy}/execute/stream",
-                             json={"code": code}) as response:
+            with http.stream(
+                "POST", f"/sessions/{busy}/execute/stream", json={"code": code}
+            ) as response:
                 for line in response.iter_lines():
                     started.set()
                     if line.startswith("data: "):
@@ -119,8 +124,20 @@ def test_generated_token_is_printed_and_required(tmp_path: Path) -> None:
     from _serverproc import free_port
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "kernelexec", "serve", "--port", str(port),
-                             "--work-root", str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kernelexec",
+            "serve",
+            "--port",
+            str(port),
+            "--work-root",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(2)]
@@ -129,8 +146,9 @@ def test_generated_token_is_printed_and_required(tmp_path: Path) -> None:
         url = f"http://127.0.0.1:{port}"
         assert wait_for(lambda: _up(url))
         assert httpx.get(f"{url}/sessions", trust_env=False).status_code == 401
-        ok = httpx.get(f"{url}/sessions", headers={"Authorization": f"Bearer {token}"},
-                       trust_env=False)
+        ok = httpx.get(
+            f"{url}/sessions", headers={"Authorization": f"Bearer {token}"}, trust_env=False
+        )
         assert ok.status_code == 200
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -148,7 +166,20 @@ def test_non_loopback_host_without_token_is_refused(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "kernelexec", "serve", "--host", "0.0.0.0",
-                           "--work-root", str(tmp_path)], capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelexec",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--work-root",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 2 and "--token" in proc.stderr

@@ -32,7 +32,9 @@ async def test_a_slow_reader_gets_stream_text_merged_per_stream() -> None:
     queue.put(stream("E", "stderr"))
     queue.put(stream("d"))
     assert parse(queue.take()) == [
-        ("output", stream("abc")), ("output", stream("E", "stderr")), ("output", stream("d"))
+        ("output", stream("abc")),
+        ("output", stream("E", "stderr")),
+        ("output", stream("d")),
     ]
     assert queue.take() == []
 
@@ -84,8 +86,9 @@ def test_stream_reader_dispatches_outputs_and_returns_the_result() -> None:
     seen: list[dict[str, Any]] = []
     reader = StreamReader(seen.append)
     result = ExecutionResult(status="ok", stdout="hi\n")
-    lines = (frame("output", stream("hi\n")) + ": keep-alive\n\n"
-             + frame("result", result.to_dict())).split("\n")
+    lines = (
+        frame("output", stream("hi\n")) + ": keep-alive\n\n" + frame("result", result.to_dict())
+    ).split("\n")
     for line in lines:
         reader.feed(line)
     assert seen == [stream("hi\n")] and reader.result() == result
@@ -99,8 +102,11 @@ def test_stream_reader_survives_a_broken_listener() -> None:
         raise RuntimeError("listener bug")
 
     reader = StreamReader(broken)
-    for line in (frame("output", stream("a")) + frame("output", stream("b"))
-                 + frame("result", {"status": "ok"})).split("\n"):
+    for line in (
+        frame("output", stream("a"))
+        + frame("output", stream("b"))
+        + frame("result", {"status": "ok"})
+    ).split("\n"):
         reader.feed(line)
     assert len(calls) == 1 and reader.result().ok
 

@@ -6,5 +6,9 @@ from ._gateway import GatewayBackend
 from ._local import LocalBackend
 
 __all__ = [
-    "DockerBackend", "GatewayBackend", "KernelBackend", "KernelMessage", "LocalBackend",
+    "DockerBackend",
+    "GatewayBackend",
+    "KernelBackend",
+    "KernelMessage",
+    "LocalBackend",
 ]

@@ -57,8 +57,14 @@ class KernelChannels:
     """
 
     def __init__(
-        self, url: str, headers: dict[str, str], *, ping_interval: float, ping_timeout: float,
-        reconnect_for: float, on_gone: Callable[[str], None],
+        self,
+        url: str,
+        headers: dict[str, str],
+        *,
+        ping_interval: float,
+        ping_timeout: float,
+        reconnect_for: float,
+        on_gone: Callable[[str], None],
     ) -> None:
         self.url = url
         self.headers = headers
@@ -139,8 +145,11 @@ class KernelChannels:
     def _connect(self) -> None:
         try:
             ws = websocket.create_connection(
-                self.url, header=self.headers, subprotocols=self._subprotocols,
-                timeout=_FRAME_SECONDS, enable_multithread=True,
+                self.url,
+                header=self.headers,
+                subprotocols=self._subprotocols,
+                timeout=_FRAME_SECONDS,
+                enable_multithread=True,
             )
         except websocket.WebSocketBadStatusException as exc:
             raise OpenFailed(f"HTTP {exc.status_code}", exc.status_code) from exc

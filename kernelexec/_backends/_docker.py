@@ -72,10 +72,17 @@ class DockerBackend(LocalBackend):
     """
 
     def __init__(
-        self, *, image: str | None = None, memory: str | None = None, cpus: float | None = None,
-        pids_limit: int | None = None, network: str = "none",
-        env: Mapping[str, str] | None = None, volumes: Sequence[str] = (),
-        gpus: str | None = None, startup_timeout: float = 60.0,
+        self,
+        *,
+        image: str | None = None,
+        memory: str | None = None,
+        cpus: float | None = None,
+        pids_limit: int | None = None,
+        network: str = "none",
+        env: Mapping[str, str] | None = None,
+        volumes: Sequence[str] = (),
+        gpus: str | None = None,
+        startup_timeout: float = 60.0,
     ) -> None:
         super().__init__(startup_timeout=startup_timeout)
         if isinstance(volumes, str):
@@ -104,19 +111,32 @@ class DockerBackend(LocalBackend):
         self._ipc_dir = Path(tempfile.mkdtemp(prefix="kx-", dir="/tmp"))
         connection_file = self._write_connection_file(self._ipc_dir)
         name = f"kernelexec-{secrets.token_hex(6)}"
-        reply = await docker("run", "-d", "--name", name, *self._run_options(cwd, env),
-                             image, _PYTHON_IN_CONTAINER, _BOOT_IN_CONTAINER, "-f",
-                             str(connection_file))
+        reply = await docker(
+            "run",
+            "-d",
+            "--name",
+            name,
+            *self._run_options(cwd, env),
+            image,
+            _PYTHON_IN_CONTAINER,
+            _BOOT_IN_CONTAINER,
+            "-f",
+            str(connection_file),
+        )
         if not reply.ok:
             self._remove_ipc_dir()
-            raise KernelStartError(engine_problem(reply) or
-                                   f"docker run {image} failed: {reply.stderr.strip()}")
+            raise KernelStartError(
+                engine_problem(reply) or f"docker run {image} failed: {reply.stderr.strip()}"
+            )
         self.container = name
         _LIVE.add(self)
         try:
             self._waiter = await asyncio.create_subprocess_exec(
-                shutil.which("docker") or "docker", "wait", name,
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                shutil.which("docker") or "docker",
+                "wait",
+                name,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
             )
             self._connect(connection_file)
@@ -182,17 +202,33 @@ class DockerBackend(LocalBackend):
         how = "`kernelexec image build`"
         if self.image is not None:
             how += f" (then pass its tag as image=), or `docker pull {image}`"
-        raise KernelStartError(f"the Docker image {image!r} is not on this engine; build it "
-                               f"with {how}")
+        raise KernelStartError(
+            f"the Docker image {image!r} is not on this engine; build it with {how}"
+        )
 
     def _run_options(self, cwd: Path, env: dict[str, str]) -> list[str]:
         assert self._ipc_dir is not None
         options = [
-            "--label", f"{LABEL}=1", "--label", f"{OWNER_LABEL}={owner_label()}",
-            "--user", f"{os.getuid()}:{os.getgid()}", "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges", "--network", self.network,
-            "-v", f"{cwd}:/workspace", "-v", f"{self._ipc_dir}:{self._ipc_dir}",
-            "-v", f"{_BOOT_SCRIPT}:{_BOOT_IN_CONTAINER}:ro", "-w", "/workspace",
+            "--label",
+            f"{LABEL}=1",
+            "--label",
+            f"{OWNER_LABEL}={owner_label()}",
+            "--user",
+            f"{os.getuid()}:{os.getgid()}",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--network",
+            self.network,
+            "-v",
+            f"{cwd}:/workspace",
+            "-v",
+            f"{self._ipc_dir}:{self._ipc_dir}",
+            "-v",
+            f"{_BOOT_SCRIPT}:{_BOOT_IN_CONTAINER}:ro",
+            "-w",
+            "/workspace",
         ]
         if self.memory:
             options += ["--memory", self.memory, "--memory-swap", self.memory]
@@ -213,9 +249,16 @@ class DockerBackend(LocalBackend):
     def _write_connection_file(self, directory: Path) -> Path:
         # ipc transport: each channel is the Unix socket "<ip>-<port>".
         info = {
-            "transport": "ipc", "ip": str(directory / "k"), "shell_port": 1, "iopub_port": 2,
-            "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": secrets.token_hex(32),
-            "signature_scheme": "hmac-sha256", "kernel_name": "kernelexec-docker",
+            "transport": "ipc",
+            "ip": str(directory / "k"),
+            "shell_port": 1,
+            "iopub_port": 2,
+            "stdin_port": 3,
+            "control_port": 4,
+            "hb_port": 5,
+            "key": secrets.token_hex(32),
+            "signature_scheme": "hmac-sha256",
+            "kernel_name": "kernelexec-docker",
         }
         path = directory / "kernel.json"
         path.write_text(json.dumps(info))
@@ -228,7 +271,8 @@ class DockerBackend(LocalBackend):
         kc.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
         self._kc = kc
         self._sockets = [
-            (kc.iopub_channel.socket, "iopub"), (kc.shell_channel.socket, "shell"),
+            (kc.iopub_channel.socket, "iopub"),
+            (kc.shell_channel.socket, "shell"),
             (kc.stdin_channel.socket, "stdin"),
         ]
         self._poller = zmq.asyncio.Poller()
@@ -252,11 +296,17 @@ class DockerBackend(LocalBackend):
     def _start_failure(self) -> str:
         logs = ""
         if self.container is not None:
-            proc = subprocess.run(["docker", "logs", "--tail", "30", self.container],
-                                  capture_output=True, text=True, timeout=30, check=False)
+            proc = subprocess.run(
+                ["docker", "logs", "--tail", "30", self.container],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
             logs = (proc.stdout + proc.stderr).strip()
-        return (f"the kernel container exited during start-up ({self._ended or 'cause unknown'})"
-                + (f"; it said:\n{logs}" if logs else ""))
+        return f"the kernel container exited during start-up ({self._ended or 'cause unknown'})" + (
+            f"; it said:\n{logs}" if logs else ""
+        )
 
     def _remove_ipc_dir(self) -> None:
         if self._ipc_dir is not None:
@@ -290,12 +340,19 @@ async def cleanup_containers(*, everything: bool = False) -> list[str]:
     Args:
         everything: remove every kernelexec container, owner alive or not.
     """
-    reply = await docker("ps", "-a", "--filter", f"label={LABEL}=1", "--format",
-                         f'{{{{.Names}}}}\t{{{{.Label "{OWNER_LABEL}"}}}}')
+    reply = await docker(
+        "ps",
+        "-a",
+        "--filter",
+        f"label={LABEL}=1",
+        "--format",
+        f'{{{{.Names}}}}\t{{{{.Label "{OWNER_LABEL}"}}}}',
+    )
     if not reply.ok:
         raise KernelStartError(engine_problem(reply) or f"docker ps failed: {reply.stderr}")
     doomed = [
-        name for name, _, owner in (line.partition("\t") for line in reply.stdout.splitlines())
+        name
+        for name, _, owner in (line.partition("\t") for line in reply.stdout.splitlines())
         if name and (everything or not _owner_alive(owner))
     ]
     if doomed:
@@ -308,7 +365,8 @@ def _remove_leftover_containers() -> None:
     names = [b.container for b in list(_LIVE) if b.container is not None]
     if names:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["docker", "rm", "-f", *names], capture_output=True, timeout=30,
-                           check=False)
+            subprocess.run(
+                ["docker", "rm", "-f", *names], capture_output=True, timeout=30, check=False
+            )
     for backend in list(_LIVE):
         backend._remove_ipc_dir()

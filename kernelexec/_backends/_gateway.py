@@ -62,9 +62,16 @@ class GatewayBackend:
     """
 
     def __init__(
-        self, url: str, *, token: str | None = None, kernel_name: str = "python3",
-        working_dir: str | None = None, startup_timeout: float = 60.0,
-        request_timeout: float = 30.0, ping_interval: float = 20.0, reconnect_for: float = 15.0,
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        kernel_name: str = "python3",
+        working_dir: str | None = None,
+        startup_timeout: float = 60.0,
+        request_timeout: float = 30.0,
+        ping_interval: float = 20.0,
+        reconnect_for: float = 15.0,
     ) -> None:
         self.rest = GatewayREST(url, token, timeout=request_timeout)
         self.url = self.rest.base
@@ -93,11 +100,14 @@ class GatewayBackend:
         self._cwd, self._env = cwd, env
         await self._check_kernelspec()
         body = {"name": self.kernel_name, "env": self._kernel_env(cwd, env)}
-        reply = await self.rest.checked("POST", "/api/kernels", body,
-                                        doing=f"start a {self.kernel_name!r} kernel")
+        reply = await self.rest.checked(
+            "POST", "/api/kernels", body, doing=f"start a {self.kernel_name!r} kernel"
+        )
         if not isinstance(reply.body, dict) or not reply.body.get("id"):
-            raise KernelStartError(f"the gateway at {self.url} answered a kernel start with "
-                                   f"{reply.body!r}, not a kernel model")
+            raise KernelStartError(
+                f"the gateway at {self.url} answered a kernel start with "
+                f"{reply.body!r}, not a kernel model"
+            )
         self.kernel_id = str(reply.body["id"])
         self._gone = None
         _LIVE.add(self)
@@ -109,8 +119,14 @@ class GatewayBackend:
             raise
 
     async def execute(self, code: str, *, allow_stdin: bool) -> str:
-        content = {"code": code, "silent": False, "store_history": True,
-                   "user_expressions": {}, "allow_stdin": allow_stdin, "stop_on_error": False}
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": allow_stdin,
+            "stop_on_error": False,
+        }
         return await self._send("shell", "execute_request", content)
 
     async def receive(self, timeout: float) -> KernelMessage | None:
@@ -121,9 +137,11 @@ class GatewayBackend:
         item = await channels.receive(timeout)
         if item is not None and _announces_death(item):
             state = item[1]["content"]["execution_state"]
-            self._gone = ("the kernel process ended and the gateway is restarting it"
-                          if state == "restarting" else "the kernel process ended (the gateway "
-                          "reports it dead)")
+            self._gone = (
+                "the kernel process ended and the gateway is restarting it"
+                if state == "restarting"
+                else "the kernel process ended (the gateway reports it dead)"
+            )
         return item
 
     async def send_input(self, value: str) -> None:
@@ -157,8 +175,10 @@ class GatewayBackend:
         if self.kernel_id is None or self._gone is not None:
             return False
         channels = self._channels
-        if channels is not None and channels.connected and (
-            time.monotonic() - channels.last_heard < _CHECK_SECONDS
+        if (
+            channels is not None
+            and channels.connected
+            and (time.monotonic() - channels.last_heard < _CHECK_SECONDS)
         ):
             return True
         # Silent or disconnected: ask the gateway, at most once a second. A
@@ -200,11 +220,16 @@ class GatewayBackend:
 
     async def _open_channels(self) -> None:
         assert self.kernel_id is not None
-        url = (f"{self.rest.ws_base}/api/kernels/{self.kernel_id}/channels?"
-               + urllib.parse.urlencode({"session_id": self._session}))
+        url = (
+            f"{self.rest.ws_base}/api/kernels/{self.kernel_id}/channels?"
+            + urllib.parse.urlencode({"session_id": self._session})
+        )
         channels = KernelChannels(
-            url, self.rest.headers, ping_interval=self.ping_interval,
-            ping_timeout=self.ping_interval, reconnect_for=self.reconnect_for,
+            url,
+            self.rest.headers,
+            ping_interval=self.ping_interval,
+            ping_timeout=self.ping_interval,
+            reconnect_for=self.reconnect_for,
             on_gone=self._on_socket_gone,
         )
         try:
@@ -244,12 +269,16 @@ class GatewayBackend:
                 item = await self._channels.receive(0.2)
                 if item is None:
                     if self._gone is not None:
-                        raise KernelStartError(f"the kernel on {self.url} did not start: "
-                                               f"{self._gone}")
+                        raise KernelStartError(
+                            f"the kernel on {self.url} did not start: {self._gone}"
+                        )
                     continue
                 channel, msg = item
-                if (channel == "iopub" and msg["parent_header"].get("msg_id") == msg_id
-                        and msg["content"].get("execution_state") == "idle"):
+                if (
+                    channel == "iopub"
+                    and msg["parent_header"].get("msg_id") == msg_id
+                    and msg["content"].get("execution_state") == "idle"
+                ):
                     self._channels.clear()
                     return
         raise KernelStartError(
@@ -259,15 +288,20 @@ class GatewayBackend:
         )
 
 
-_VANISHED = ("the kernel is gone from the gateway (culled for idleness, shut down by someone "
-             "else, or the gateway restarted)")
+_VANISHED = (
+    "the kernel is gone from the gateway (culled for idleness, shut down by someone "
+    "else, or the gateway restarted)"
+)
 
 
 def _announces_death(item: KernelMessage) -> bool:
     channel, msg = item
-    return (channel == "iopub" and msg.get("msg_type") == "status"
-            and not msg["parent_header"]
-            and msg["content"].get("execution_state") in ("restarting", "dead"))
+    return (
+        channel == "iopub"
+        and msg.get("msg_type") == "status"
+        and not msg["parent_header"]
+        and msg["content"].get("execution_state") in ("restarting", "dead")
+    )
 
 
 def _is_loopback(url: str) -> bool:

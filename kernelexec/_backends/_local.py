@@ -226,9 +226,10 @@ class LocalBackend:
         """What another client (JupyterLab, jupyter console) needs to reach this kernel."""
         if self._km is None:
             return None
-        info = dict(self._km.get_connection_info(session=False))
-        if isinstance(info.get("key"), bytes):
-            info["key"] = info["key"].decode("ascii")
+        info: dict[str, Any] = dict(self._km.get_connection_info(session=False))
+        key = info.get("key")
+        if isinstance(key, bytes):
+            info["key"] = key.decode("ascii")
         return info
 
     # -- internals

@@ -53,7 +53,7 @@ class GatewayREST:
                 f"gateway url {url!r} must look like http://host:port (or https://)"
             )
         self.base = url.rstrip("/")
-        self.ws_base = ("wss" if parts.scheme == "https" else "ws") + self.base[len(parts.scheme):]
+        self.ws_base = ("wss" if parts.scheme == "https" else "ws") + self.base[len(parts.scheme) :]
         self.headers = {"Authorization": f"token {token}"} if token else {}
         self.timeout = timeout
 
@@ -79,16 +79,22 @@ class GatewayREST:
         said = f" (the gateway said: {reply.message})" if reply.message else ""
         where = f"the gateway at {self.base}"
         if reply.status in (401, 403) and "limit" in reply.message.lower():
-            return (f"{where} refused to {doing}: it runs as many kernels as it allows{said}; "
-                    "close other sessions or raise the gateway's kernel limit")
+            return (
+                f"{where} refused to {doing}: it runs as many kernels as it allows{said}; "
+                "close other sessions or raise the gateway's kernel limit"
+            )
         if reply.status == 401:
             return f"{where} rejected the token (401) when asked to {doing}; pass the right token="
         if reply.status == 403:
-            return (f"{where} refused to {doing} (403 Forbidden){said}; check the token= "
-                    "and the gateway's access settings")
+            return (
+                f"{where} refused to {doing} (403 Forbidden){said}; check the token= "
+                "and the gateway's access settings"
+            )
         if reply.status == 404:
-            return (f"{where} has no {doing.split(' ', 1)[-1]} (404){said}; check the url "
-                    "(a base path?) and that this is a Jupyter gateway or server")
+            return (
+                f"{where} has no {doing.split(' ', 1)[-1]} (404){said}; check the url "
+                "(a base path?) and that this is a Jupyter gateway or server"
+            )
         if reply.status == 503 or reply.status == 429:
             return f"{where} is too busy to {doing} ({reply.status}){said}; retry later"
         return f"{where} failed to {doing}: HTTP {reply.status}{said}"
@@ -98,8 +104,9 @@ class GatewayREST:
         headers = dict(self.headers)
         if data is not None:
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(self.base + path, data=data, headers=headers,
-                                         method=method)
+        request = urllib.request.Request(
+            self.base + path, data=data, headers=headers, method=method
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return Reply(response.status, _parse(response.read()))

@@ -31,13 +31,21 @@ def new_message(
     """A client message of ``msg_type``, with a fresh msg_id."""
     msg_id = uuid.uuid4().hex
     header = {
-        "msg_id": msg_id, "msg_type": msg_type, "session": session, "username": "kernelexec",
+        "msg_id": msg_id,
+        "msg_type": msg_type,
+        "session": session,
+        "username": "kernelexec",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "version": PROTOCOL_VERSION,
     }
     return {
-        "header": header, "parent_header": parent or {}, "metadata": {}, "content": content,
-        "buffers": [], "msg_id": msg_id, "msg_type": msg_type,
+        "header": header,
+        "parent_header": parent or {},
+        "metadata": {},
+        "content": content,
+        "buffers": [],
+        "msg_id": msg_id,
+        "msg_type": msg_type,
     }
 
 
@@ -47,8 +55,11 @@ def encode(channel: str, msg: dict[str, Any], *, v1: bool) -> bytes | str:
         fields = {k: msg[k] for k in ("header", "parent_header", "metadata", "content")}
         return json.dumps({**fields, "channel": channel, "buffers": []})
     parts = [
-        _pack(msg["header"]), _pack(msg["parent_header"]), _pack(msg["metadata"]),
-        _pack(msg["content"]), *msg.get("buffers", []),
+        _pack(msg["header"]),
+        _pack(msg["parent_header"]),
+        _pack(msg["metadata"]),
+        _pack(msg["content"]),
+        *msg.get("buffers", []),
     ]
     name = channel.encode()
     count = len(parts) + 2  # the channel's start, each part's start, the end
@@ -86,7 +97,10 @@ def _decode_v1(frame: bytes) -> KernelMessage:
     channel = parts[0].decode()
     header, parent, metadata, content = (json.loads(p) for p in parts[1:5])
     msg = {
-        "header": header, "parent_header": parent, "metadata": metadata, "content": content,
+        "header": header,
+        "parent_header": parent,
+        "metadata": metadata,
+        "content": content,
         "buffers": [bytes(b) for b in parts[5:]],
     }
     return _finish(channel, msg)

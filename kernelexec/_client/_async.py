@@ -26,8 +26,9 @@ T = TypeVar("T")
 class AsyncClient:
     """A kernelexec server, used from asyncio; see ``Client`` for the arguments."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None,
-                 timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str = DEFAULT_URL, *, token: str | None = None, timeout: float = 30.0
+    ) -> None:
         self.url = url
         self.timeout = timeout
         self._http = httpx.AsyncClient(**http_options(url, token))
@@ -35,8 +36,12 @@ class AsyncClient:
     async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -46,9 +51,13 @@ class AsyncClient:
     async def health(self) -> dict[str, Any]:
         return await self._send(calls.health())
 
-    async def session(self, *, kernel_name: str = "python3",
-                      env: Mapping[str, str] | None = None,
-                      timeout: float | None = None) -> AsyncRemoteSession:
+    async def session(
+        self,
+        *,
+        kernel_name: str = "python3",
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> AsyncRemoteSession:
         """Creates a session on the server; see ``Client.session``."""
         info = await self._send(calls.create(kernel_name, env, timeout))
         return AsyncRemoteSession(self, info)
@@ -61,20 +70,23 @@ class AsyncClient:
 
     async def _send(self, call: Call[T]) -> T:
         try:
-            response = await self._http.request(call.method, call.path,
-                                                **call.options(self.timeout))
+            response = await self._http.request(
+                call.method, call.path, **call.options(self.timeout)
+            )
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc) from exc
         if response.is_error:
             raise error_for(response)
         return call.read(response)
 
-    async def _send_stream(self, call: Call[ExecutionResult],
-                     on_output: OutputListener) -> ExecutionResult:
+    async def _send_stream(
+        self, call: Call[ExecutionResult], on_output: OutputListener
+    ) -> ExecutionResult:
         reader = StreamReader(on_output)
         try:
-            async with self._http.stream(call.method, call.path,
-                                         **call.options(self.timeout)) as response:
+            async with self._http.stream(
+                call.method, call.path, **call.options(self.timeout)
+            ) as response:
                 if response.is_error:
                     await response.aread()
                     raise error_for(response)
@@ -99,17 +111,27 @@ class AsyncRemoteSession:
     async def __aenter__(self) -> AsyncRemoteSession:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.close()
 
     async def info(self) -> SessionInfo:
         self.last_info = await self.client._send(calls.info(self.id))
         return self.last_info
 
-    async def execute(self, code: str, *, language: str | None = "python",
-                      timeout: float | None = None, stdin: Sequence[str] | None = None,
-                      on_output: OutputListener | None = None) -> ExecutionResult:
+    async def execute(
+        self,
+        code: str,
+        *,
+        language: str | None = "python",
+        timeout: float | None = None,
+        stdin: Sequence[str] | None = None,
+        on_output: OutputListener | None = None,
+    ) -> ExecutionResult:
         call = calls.execute(self.id, code, language, timeout, stdin, stream=bool(on_output))
         if on_output is None:
             return await self.client._send(call)

@@ -14,13 +14,13 @@ from urllib.parse import quote
 
 import httpx
 
+from .._environment import server_token
 from .._exceptions import (
     AuthenticationError,
     ServerError,
     SessionCulledError,
     SessionNotFoundError,
 )
-from .._environment import server_token
 from .._models import ExecutionResult
 from .._remote_models import FileInfo, SessionInfo
 
@@ -57,7 +57,9 @@ class Call(Generic[T]):
             content = json.dumps(self.json, ensure_ascii=True).encode("ascii")
             headers = {"Content-Type": "application/json"}
         return {
-            "content": content, "headers": headers, "params": self.params,
+            "content": content,
+            "headers": headers,
+            "params": self.params,
             "timeout": httpx.Timeout(timeout, read=None) if self.long else timeout,
         }
 
@@ -80,8 +82,11 @@ def error_for(response: httpx.Response) -> ServerError:
     text = f"{message} (HTTP {response.status_code} {code})"
     status = response.status_code
     if status == 401:
-        return AuthenticationError(text + "; pass token= (or set KERNELEXEC_TOKEN) to the one "
-                                   "`kernelexec serve` printed", status=status, code=code)
+        return AuthenticationError(
+            text + "; pass token= (or set KERNELEXEC_TOKEN) to the one `kernelexec serve` printed",
+            status=status,
+            code=code,
+        )
     if status == 404 and code == "session_not_found":
         return SessionNotFoundError(text, status=status, code=code)
     if status == 409 and code in ("session_culled", "session_closed"):
@@ -90,8 +95,11 @@ def error_for(response: httpx.Response) -> ServerError:
 
 
 def unreachable(url: str, exc: httpx.TransportError) -> ServerError:
-    return ServerError(f"cannot reach the kernelexec server at {url} ({type(exc).__name__}: "
-                       f"{exc}); is `kernelexec serve` running there?", code="unreachable")
+    return ServerError(
+        f"cannot reach the kernelexec server at {url} ({type(exc).__name__}: "
+        f"{exc}); is `kernelexec serve` running there?",
+        code="unreachable",
+    )
 
 
 def _json(response: httpx.Response) -> Any:
@@ -113,8 +121,10 @@ def _s(session_id: str) -> str:
 def _file_path(session_id: str, path: str) -> str:
     # "." and ".." are encoded so httpx sends them as given and the server,
     # not URL normalization, decides about them.
-    segments = [quote(s, safe="") if s not in (".", "..") else s.replace(".", "%2E")
-                for s in str(path).split("/")]
+    segments = [
+        quote(s, safe="") if s not in (".", "..") else s.replace(".", "%2E")
+        for s in str(path).split("/")
+    ]
     return f"{_s(session_id)}/files/{'/'.join(segments)}"
 
 
@@ -138,8 +148,9 @@ class calls:  # a namespace of Call builders, lower case like a module
 
     @staticmethod
     def sessions() -> Call[list[SessionInfo]]:
-        return Call("GET", "/sessions", lambda r: [SessionInfo.from_dict(s)
-                                                   for s in r.json()["sessions"]])
+        return Call(
+            "GET", "/sessions", lambda r: [SessionInfo.from_dict(s) for s in r.json()["sessions"]]
+        )
 
     @staticmethod
     def info(session_id: str) -> Call[SessionInfo]:
@@ -147,13 +158,23 @@ class calls:  # a namespace of Call builders, lower case like a module
 
     @staticmethod
     def delete(session_id: str, purge: bool) -> Call[None]:
-        return Call("DELETE", _s(session_id), _nothing,
-                    params={"purge": "true" if purge else "false"}, long=True)
+        return Call(
+            "DELETE",
+            _s(session_id),
+            _nothing,
+            params={"purge": "true" if purge else "false"},
+            long=True,
+        )
 
     @staticmethod
     def execute(
-        session_id: str, code: str, language: str | None, timeout: float | None,
-        stdin: Sequence[str] | None, *, stream: bool = False,
+        session_id: str,
+        code: str,
+        language: str | None,
+        timeout: float | None,
+        stdin: Sequence[str] | None,
+        *,
+        stream: bool = False,
     ) -> Call[ExecutionResult]:
         body: dict[str, Any] = {"code": code, "language": language or "python"}
         if timeout is not None:
@@ -161,8 +182,13 @@ class calls:  # a namespace of Call builders, lower case like a module
         if stdin is not None:
             body["stdin"] = list(stdin)
         suffix = "/stream" if stream else ""
-        return Call("POST", f"{_s(session_id)}/execute{suffix}",
-                    lambda r: ExecutionResult.from_dict(r.json()), json=body, long=True)
+        return Call(
+            "POST",
+            f"{_s(session_id)}/execute{suffix}",
+            lambda r: ExecutionResult.from_dict(r.json()),
+            json=body,
+            long=True,
+        )
 
     @staticmethod
     def interrupt(session_id: str) -> Call[None]:
@@ -174,8 +200,11 @@ class calls:  # a namespace of Call builders, lower case like a module
 
     @staticmethod
     def files(session_id: str) -> Call[list[FileInfo]]:
-        return Call("GET", f"{_s(session_id)}/files",
-                    lambda r: [FileInfo.from_dict(f) for f in r.json()["files"]])
+        return Call(
+            "GET",
+            f"{_s(session_id)}/files",
+            lambda r: [FileInfo.from_dict(f) for f in r.json()["files"]],
+        )
 
     @staticmethod
     def download(session_id: str, path: str) -> Call[bytes]:
@@ -184,8 +213,12 @@ class calls:  # a namespace of Call builders, lower case like a module
     @staticmethod
     def upload(session_id: str, path: str, data: bytes | str) -> Call[FileInfo]:
         content = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        return Call("PUT", _file_path(session_id, path),
-                    lambda r: FileInfo.from_dict(r.json()), content=content)
+        return Call(
+            "PUT",
+            _file_path(session_id, path),
+            lambda r: FileInfo.from_dict(r.json()),
+            content=content,
+        )
 
     @staticmethod
     def notebook(session_id: str) -> Call[dict[str, Any]]:

@@ -56,9 +56,11 @@ class StreamReader:
         if self._error is not None:
             raise self._error
         if self._result is None:
-            raise ServerError("the execution stream ended without a result (the server "
-                              "stopped?); GET the session's notebook to see what ran",
-                              code="stream_incomplete")
+            raise ServerError(
+                "the execution stream ended without a result (the server "
+                "stopped?); GET the session's notebook to see what ran",
+                code="stream_incomplete",
+            )
         return self._result
 
     def _dispatch(self) -> None:
@@ -75,5 +77,6 @@ class StreamReader:
         elif event == "result":
             self._result = ExecutionResult.from_dict(data)
         elif event == "error":
-            self._error = ServerError(f"{data.get('message')} ({data.get('error')})",
-                                      code=str(data.get("error")))
+            self._error = ServerError(
+                f"{data.get('message')} ({data.get('error')})", code=str(data.get("error"))
+            )

@@ -35,8 +35,9 @@ class Client:
     failing is not one: it comes back as an ExecutionResult.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None,
-                 timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str = DEFAULT_URL, *, token: str | None = None, timeout: float = 30.0
+    ) -> None:
         self.url = url
         self.timeout = timeout
         self._http = httpx.Client(**http_options(url, token))
@@ -44,8 +45,12 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -55,8 +60,13 @@ class Client:
     def health(self) -> dict[str, Any]:
         return self._send(calls.health())
 
-    def session(self, *, kernel_name: str = "python3", env: Mapping[str, str] | None = None,
-                timeout: float | None = None) -> RemoteSession:
+    def session(
+        self,
+        *,
+        kernel_name: str = "python3",
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> RemoteSession:
         """Creates a session (a new kernel and work dir) on the server.
 
         Args:
@@ -89,8 +99,9 @@ class Client:
         """Sends an execution to the streaming route, calling ``on_output`` as outputs come."""
         reader = StreamReader(on_output)
         try:
-            with self._http.stream(call.method, call.path,
-                                   **call.options(self.timeout)) as response:
+            with self._http.stream(
+                call.method, call.path, **call.options(self.timeout)
+            ) as response:
                 if response.is_error:
                     response.read()
                     raise error_for(response)
@@ -119,8 +130,12 @@ class RemoteSession:
     def __enter__(self) -> RemoteSession:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def info(self) -> SessionInfo:
@@ -128,9 +143,15 @@ class RemoteSession:
         self.last_info = self.client._send(calls.info(self.id))
         return self.last_info
 
-    def execute(self, code: str, *, language: str | None = "python",
-                timeout: float | None = None, stdin: Sequence[str] | None = None,
-                on_output: OutputListener | None = None) -> ExecutionResult:
+    def execute(
+        self,
+        code: str,
+        *,
+        language: str | None = "python",
+        timeout: float | None = None,
+        stdin: Sequence[str] | None = None,
+        on_output: OutputListener | None = None,
+    ) -> ExecutionResult:
         """Runs code as ``Session.execute`` does; ``on_output`` streams the outputs live."""
         call = calls.execute(self.id, code, language, timeout, stdin, stream=bool(on_output))
         if on_output is None:

@@ -53,7 +53,9 @@ def build_server(config: McpConfig) -> MCPServer[Any]:
 
     @server.tool()
     async def execute_code(
-        code: str, language: str = "python", session: str = "default",
+        code: str,
+        language: str = "python",
+        session: str = "default",
         timeout: float | None = None,
     ) -> CallToolResult:
         """Runs code in a stateful kernel and returns its output, errors and images.
@@ -115,13 +117,20 @@ def build_server(config: McpConfig) -> MCPServer[Any]:
         try:
             text = target.read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            return [TextContent(type="text", text=f"{path} is binary; here is a link."),
-                    _link(target, path, session)]
+            return [
+                TextContent(type="text", text=f"{path} is binary; here is a link."),
+                _link(target, path, session),
+            ]
         if len(text) <= _MAX_TEXT_FILE:
             return [TextContent(type="text", text=text)]
-        return [TextContent(type="text", text=f"{text[:_MAX_TEXT_FILE]}\n[... {path} has "
-                            f"{len(text):,} characters; the first {_MAX_TEXT_FILE:,} are shown]"),
-                _link(target, path, session)]
+        return [
+            TextContent(
+                type="text",
+                text=f"{text[:_MAX_TEXT_FILE]}\n[... {path} has "
+                f"{len(text):,} characters; the first {_MAX_TEXT_FILE:,} are shown]",
+            ),
+            _link(target, path, session),
+        ]
 
     @server.tool()
     async def get_notebook(session: str = "default") -> list[ContentBlock]:

@@ -29,12 +29,14 @@ def installed_kernels() -> list[str]:
 def create_app(config: ServerConfig) -> Starlette:
     """The server's app; its lifespan culls idle sessions and closes all at shutdown."""
     kernel_names = installed_kernels()
-    state = ServerState(config, Registry(config), kernel_names,
-                        openapi_schema(config, kernel_names))
+    state = ServerState(
+        config, Registry(config), kernel_names, openapi_schema(config, kernel_names)
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         config.work_root.mkdir(parents=True, exist_ok=True)
+        state.registry.start_pool()
         culler = asyncio.get_running_loop().create_task(state.registry.cull_forever())
         try:
             yield

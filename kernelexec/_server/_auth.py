@@ -37,8 +37,12 @@ class TokenAuth:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})  # refused before the handshake
             return
-        error = ApiError(401, "unauthorized", "send the server's token as 'Authorization: "
-                         "Bearer <token>' (kernelexec serve printed it at start-up)")
+        error = ApiError(
+            401,
+            "unauthorized",
+            "send the server's token as 'Authorization: "
+            "Bearer <token>' (kernelexec serve printed it at start-up)",
+        )
         await error.response()(scope, receive, send)
 
     def _allows(self, scope: Scope) -> bool:

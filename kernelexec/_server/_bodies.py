@@ -39,8 +39,9 @@ class ExecuteRequest:
 
 
 def _too_large(limit: int) -> ApiError:
-    return ApiError(413, "body_too_large", f"the request body is over {limit:,} bytes "
-                    "(the server's --max-body)")
+    return ApiError(
+        413, "body_too_large", f"the request body is over {limit:,} bytes (the server's --max-body)"
+    )
 
 
 async def body_chunks(request: Request, limit: int) -> AsyncIterator[bytes]:
@@ -78,8 +79,11 @@ def _no_constant(name: str) -> Any:
 def _check_fields(data: dict[str, Any], allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise ApiError(400, "invalid_request", f"unknown field(s) {', '.join(unknown)}; "
-                       f"allowed: {', '.join(allowed)}")
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}",
+        )
 
 
 def _text(value: Any, name: str) -> str:
@@ -88,8 +92,9 @@ def _text(value: Any, name: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise ApiError(400, "invalid_request", f"{name} is not valid Unicode text "
-                       "(a lone surrogate)") from None
+        raise ApiError(
+            400, "invalid_request", f"{name} is not valid Unicode text (a lone surrogate)"
+        ) from None
     return value
 
 
@@ -99,8 +104,12 @@ def _timeout(value: Any, config: ServerConfig) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ApiError(400, "invalid_request", "timeout must be a number of seconds")
     if not (math.isfinite(value) and 0 < value <= config.max_timeout):
-        raise ApiError(400, "invalid_request", f"timeout must be more than 0 and at most "
-                       f"{config.max_timeout:g} s (the server's --max-timeout)")
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"timeout must be more than 0 and at most "
+            f"{config.max_timeout:g} s (the server's --max-timeout)",
+        )
     return float(value)
 
 
@@ -110,8 +119,12 @@ def _env(value: Any) -> dict[str, str]:
     env = {}
     for key, item in value.items():
         if not _ENV_NAME.fullmatch(key):
-            raise ApiError(400, "invalid_request", f"env name {key[:50]!r} is not a valid "
-                           "variable name (letters, digits, _; not starting with a digit)")
+            raise ApiError(
+                400,
+                "invalid_request",
+                f"env name {key[:50]!r} is not a valid "
+                "variable name (letters, digits, _; not starting with a digit)",
+            )
         item = _text(item, f"env[{key}]")
         if "\0" in item:
             raise ApiError(400, "invalid_request", f"env[{key}] holds a NUL character")
@@ -127,8 +140,12 @@ async def parse_create(
     _check_fields(data, ("kernel_name", "env", "timeout"))
     kernel_name = _text(data.get("kernel_name", "python3"), "kernel_name")
     if kernel_name not in kernel_names:
-        raise ApiError(400, "unknown_kernel", f"no kernel named {kernel_name[:100]!r} on this "
-                       f"server; installed: {', '.join(kernel_names)}")
+        raise ApiError(
+            400,
+            "unknown_kernel",
+            f"no kernel named {kernel_name[:100]!r} on this "
+            f"server; installed: {', '.join(kernel_names)}",
+        )
     timeout = _timeout(data.get("timeout"), config)
     return CreateRequest(kernel_name, _env(data.get("env", {})), timeout or config.default_timeout)
 

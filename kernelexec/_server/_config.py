@@ -44,6 +44,8 @@ class ServerConfig:
         max_stream_buffer: characters of live output a slow streaming reader
             may leave queued before further live output is dropped (the final
             result still holds it).
+        pool_size: kernels kept started (and preloaded) for new sessions; 0 for none.
+        preload: code every session's kernel runs before its first execution.
     """
 
     token: str
@@ -56,11 +58,16 @@ class ServerConfig:
     default_timeout: float = 60.0
     max_body: int = 64 * 1024 * 1024
     max_stream_buffer: int = 1_000_000
+    pool_size: int = 0
+    preload: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.token) < 8:
-            raise ConfigurationError("the token must be at least 8 characters; omit --token "
-                                     "to have one generated")
+            raise ConfigurationError(
+                "the token must be at least 8 characters; omit --token to have one generated"
+            )
+        if self.pool_size < 0:
+            raise ConfigurationError("--pool-size must be 0 or more")
         if self.max_sessions < 1:
             raise ConfigurationError("--max-sessions must be at least 1")
         if self.idle_timeout is not None and not self.idle_timeout > 0:

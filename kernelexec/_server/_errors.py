@@ -15,9 +15,15 @@ __all__ = ["ApiError", "JSONResponse", "exception_handlers"]
 log = logging.getLogger("kernelexec.server")
 
 _CODES = {
-    400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
-    409: "conflict", 413: "body_too_large", 415: "unsupported_media_type",
-    429: "too_many_sessions", 503: "unavailable",
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    429: "too_many_sessions",
+    503: "unavailable",
 }
 
 
@@ -45,8 +51,9 @@ class ApiError(Exception):
 
     def response(self) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return JSONResponse({"error": self.code, "message": self.message},
-                            status_code=self.status, headers=headers)
+        return JSONResponse(
+            {"error": self.code, "message": self.message}, status_code=self.status, headers=headers
+        )
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -68,8 +75,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return ApiError(500, "internal", f"the server failed: {type(exc).__name__}; "
-                    "see the server's log").response()
+    return ApiError(
+        500, "internal", f"the server failed: {type(exc).__name__}; see the server's log"
+    ).response()
 
 
 exception_handlers = {ApiError: _api_error, HTTPException: _http_error, Exception: _unexpected}

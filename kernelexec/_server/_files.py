@@ -54,8 +54,11 @@ def resolve_inside(root: Path, raw: str) -> Path:
         decoded = unquote(decoded)
     target = (root / raw).resolve()
     if not target.is_relative_to(root):
-        raise ApiError(403, "outside_work_dir", f"{raw[:200]!r} leads outside the session's "
-                       "work dir (a symlink?)")
+        raise ApiError(
+            403,
+            "outside_work_dir",
+            f"{raw[:200]!r} leads outside the session's work dir (a symlink?)",
+        )
     return target
 
 
@@ -73,8 +76,7 @@ def _list(root: Path) -> tuple[list[FileInfo], bool]:
                 continue  # gone since the walk saw it, or a dangling link
             if len(found) == MAX_LISTED:
                 return found, True
-            found.append(FileInfo(path.relative_to(root).as_posix(), stat.st_size,
-                                  stat.st_mtime))
+            found.append(FileInfo(path.relative_to(root).as_posix(), stat.st_size, stat.st_mtime))
     return found, False
 
 
@@ -91,8 +93,9 @@ async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes]) -> File
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ApiError(409, "cannot_create", f"cannot create the folder for {raw[:200]!r}: "
-                       f"{exc.strerror}") from None
+        raise ApiError(
+            409, "cannot_create", f"cannot create the folder for {raw[:200]!r}: {exc.strerror}"
+        ) from None
     partial = target.parent / f".upload-{secrets.token_hex(8)}.part"
     try:
         with partial.open("wb") as out:

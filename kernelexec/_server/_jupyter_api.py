@@ -69,8 +69,9 @@ def _model(entry: Entry) -> dict[str, Any]:
     return {
         "id": kernel_id(entry.id),
         "name": entry.kernel_name,
-        "last_activity": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z",
-                                       time.gmtime(entry.last_activity)),
+        "last_activity": time.strftime(
+            "%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(entry.last_activity)
+        ),
         "execution_state": state,
         "connections": 0,
     }
@@ -81,9 +82,14 @@ async def kernelspecs(request: Request) -> Response:
     specs = {
         name: {
             "name": name,
-            "spec": {"argv": [], "display_name": "Python 3 (kernelexec)" if name == "python3"
-                     else name, "language": "python", "interrupt_mode": "signal",
-                     "env": {}, "metadata": {}},
+            "spec": {
+                "argv": [],
+                "display_name": "Python 3 (kernelexec)" if name == "python3" else name,
+                "language": "python",
+                "interrupt_mode": "signal",
+                "env": {},
+                "metadata": {},
+            },
             "resources": {},
         }
         for name in names
@@ -122,7 +128,8 @@ async def shutdown_kernel(request: Request) -> Response:
     if session_id not in _started_here(request):
         # A person debugging an agent must not end the agent's kernel by closing a tab.
         raise ApiError(
-            403, "agent_kernel",
+            403,
+            "agent_kernel",
             "this kernel belongs to an agent's kernelexec session; shut it down with "
             "DELETE /sessions/{id}",
         )
@@ -148,8 +155,12 @@ async def connection(request: Request) -> Response:
     entry = _registry(request).get_live(_session_id(request))
     info = entry.session.connection_info
     if info is None:
-        raise ApiError(409, "no_connection_file", "this session's kernel runs on a backend "
-                       "without a local connection file; attach through /api/kernels instead")
+        raise ApiError(
+            409,
+            "no_connection_file",
+            "this session's kernel runs on a backend "
+            "without a local connection file; attach through /api/kernels instead",
+        )
     return JSONResponse(info)
 
 

@@ -26,10 +26,14 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _errors(*statuses: int) -> dict[str, Any]:
     said = {
-        400: "Malformed request", 401: "Missing or wrong token", 403: "Path leaves the work dir",
-        404: "No such session (or file)", 409: "The session was culled or closed",
-        413: "Body over --max-body", 429: "At --max-sessions", 503: "Kernel start failed, "
-        "or the server is shutting down",
+        400: "Malformed request",
+        401: "Missing or wrong token",
+        403: "Path leaves the work dir",
+        404: "No such session (or file)",
+        409: "The session was culled or closed",
+        413: "Body over --max-body",
+        429: "At --max-sessions",
+        503: "Kernel start failed, or the server is shutting down",
     }
     return {str(s): _json(_ref("Error"), said[s]) for s in (401, *statuses)}
 
@@ -38,60 +42,144 @@ def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]
     return {"summary": summary, "responses": responses, **extra}
 
 
-_SESSION_ID = {"name": "session_id", "in": "path", "required": True,
-               "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"}}
-_PATH = {"name": "path", "in": "path", "required": True,
-         "description": "A file's path relative to the session's work dir",
-         "schema": {"type": "string", "minLength": 1}}
+_SESSION_ID = {
+    "name": "session_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+}
+_PATH = {
+    "name": "path",
+    "in": "path",
+    "required": True,
+    "description": "A file's path relative to the session's work dir",
+    "schema": {"type": "string", "minLength": 1},
+}
 
 
 def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
-    timeout = {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": config.max_timeout,
-               "description": "seconds; null or absent: the default"}
+    timeout = {
+        "type": ["number", "null"],
+        "exclusiveMinimum": 0,
+        "maximum": config.max_timeout,
+        "description": "seconds; null or absent: the default",
+    }
     text, nullable_text = {"type": "string"}, {"type": ["string", "null"]}
     return {
-        "Error": {"type": "object", "required": ["error", "message"],
-                  "properties": {"error": text, "message": text}},
-        "CreateSession": {"type": "object", "additionalProperties": False, "properties": {
-            "kernel_name": {"type": "string", "enum": kernel_names},
-            "env": {"type": "object", "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                    "additionalProperties": {"type": "string", "pattern": "^[^\\x00]*$"}},
-            "timeout": timeout}},
-        "Execute": {"type": "object", "additionalProperties": False, "required": ["code"],
-                    "properties": {"code": text, "language": text, "timeout": timeout,
-                                   "stdin": {"type": "array", "items": text}}},
-        "Session": {"type": "object", "required": [
-            "id", "state", "kernel_name", "timeout", "created", "last_activity", "executions"],
+        "Error": {
+            "type": "object",
+            "required": ["error", "message"],
+            "properties": {"error": text, "message": text},
+        },
+        "CreateSession": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "kernel_name": {"type": "string", "enum": kernel_names},
+                "env": {
+                    "type": "object",
+                    "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                    "additionalProperties": {"type": "string", "pattern": "^[^\\x00]*$"},
+                },
+                "timeout": timeout,
+            },
+        },
+        "Execute": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["code"],
+            "properties": {
+                "code": text,
+                "language": text,
+                "timeout": timeout,
+                "stdin": {"type": "array", "items": text},
+            },
+        },
+        "Session": {
+            "type": "object",
+            "required": [
+                "id",
+                "state",
+                "kernel_name",
+                "timeout",
+                "created",
+                "last_activity",
+                "executions",
+            ],
             "properties": {
                 "id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
                 "state": {"enum": ["starting", "idle", "busy", "culled"]},
-                "kernel_name": text, "timeout": {"type": "number"},
-                "created": {"type": "number"}, "last_activity": {"type": "number"},
-                "executions": {"type": "integer"}}},
-        "SessionList": {"type": "object", "required": ["sessions"], "properties": {
-            "sessions": {"type": "array", "items": _ref("Session")}}},
-        "Deleted": {"type": "object", "required": ["id", "purged"],
-                    "properties": {"id": text, "purged": {"type": "boolean"}}},
-        "ExecutionResult": {"type": "object", "required": ["status", "text", "outputs"],
+                "kernel_name": text,
+                "timeout": {"type": "number"},
+                "created": {"type": "number"},
+                "last_activity": {"type": "number"},
+                "executions": {"type": "integer"},
+            },
+        },
+        "SessionList": {
+            "type": "object",
+            "required": ["sessions"],
+            "properties": {"sessions": {"type": "array", "items": _ref("Session")}},
+        },
+        "Deleted": {
+            "type": "object",
+            "required": ["id", "purged"],
+            "properties": {"id": text, "purged": {"type": "boolean"}},
+        },
+        "ExecutionResult": {
+            "type": "object",
+            "required": ["status", "text", "outputs"],
+            "properties": {
+                "status": {"enum": ["ok", "error", "timeout", "kernel_died", "cancelled"]},
+                "execution_count": {"type": ["integer", "null"]},
+                "stdout": text,
+                "stderr": text,
+                "outputs": {"type": "array", "items": {"type": "object"}},
+                "error": {
+                    "oneOf": [
+                        {"type": "null"},
+                        {
+                            "type": "object",
+                            "required": ["ename", "evalue", "traceback"],
                             "properties": {
-            "status": {"enum": ["ok", "error", "timeout", "kernel_died", "cancelled"]},
-            "execution_count": {"type": ["integer", "null"]},
-            "stdout": text, "stderr": text,
-            "outputs": {"type": "array", "items": {"type": "object"}},
-            "error": {"oneOf": [{"type": "null"}, {
-                "type": "object", "required": ["ename", "evalue", "traceback"],
-                "properties": {"ename": text, "evalue": text,
-                               "traceback": {"type": "array", "items": text}}}]},
-            "files": {"type": "array", "items": text}, "duration": {"type": "number"},
-            "text": text, "restarted": {"type": "boolean"}, "message": nullable_text,
-            "full_output": nullable_text, "language": text}},
-        "FileInfo": {"type": "object", "required": ["path", "size", "modified"], "properties": {
-            "path": text, "size": {"type": "integer"}, "modified": {"type": "number"}}},
-        "FileList": {"type": "object", "required": ["files", "truncated"], "properties": {
-            "files": {"type": "array", "items": _ref("FileInfo")},
-            "truncated": {"type": "boolean"}}},
-        "Health": {"type": "object", "required": ["status"],
-                   "properties": {"status": text, "version": text}},
+                                "ename": text,
+                                "evalue": text,
+                                "traceback": {"type": "array", "items": text},
+                            },
+                        },
+                    ]
+                },
+                "files": {"type": "array", "items": text},
+                "duration": {"type": "number"},
+                "text": text,
+                "restarted": {"type": "boolean"},
+                "message": nullable_text,
+                "full_output": nullable_text,
+                "language": text,
+            },
+        },
+        "FileInfo": {
+            "type": "object",
+            "required": ["path", "size", "modified"],
+            "properties": {
+                "path": text,
+                "size": {"type": "integer"},
+                "modified": {"type": "number"},
+            },
+        },
+        "FileList": {
+            "type": "object",
+            "required": ["files", "truncated"],
+            "properties": {
+                "files": {"type": "array", "items": _ref("FileInfo")},
+                "truncated": {"type": "boolean"},
+            },
+        },
+        "Health": {
+            "type": "object",
+            "required": ["status"],
+            "properties": {"status": text, "version": text},
+        },
     }
 
 
@@ -100,63 +188,138 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
     session = [_SESSION_ID]
     execute_body = {"required": True, "content": {_JSON: {"schema": _ref("Execute")}}}
     paths = {
-        "/health": {"get": _op("Liveness; needs no token", {
-            "200": _json(_ref("Health"), "The server is up")}, security=[])},
-        "/openapi.json": {"get": _op("This schema", {
-            "200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors()})},
+        "/health": {
+            "get": _op(
+                "Liveness; needs no token",
+                {"200": _json(_ref("Health"), "The server is up")},
+                security=[],
+            )
+        },
+        "/openapi.json": {
+            "get": _op(
+                "This schema", {"200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors()}
+            )
+        },
         "/sessions": {
-            "post": _op("Create a session and start its kernel", {
-                "201": _json(_ref("Session"), "Created"), **_errors(400, 413, 429, 503)},
-                requestBody={"content": {_JSON: {"schema": _ref("CreateSession")}}}),
-            "get": _op("List sessions", {"200": _json(_ref("SessionList"), "Sessions"),
-                                         **_errors()})},
+            "post": _op(
+                "Create a session and start its kernel",
+                {"201": _json(_ref("Session"), "Created"), **_errors(400, 413, 429, 503)},
+                requestBody={"content": {_JSON: {"schema": _ref("CreateSession")}}},
+            ),
+            "get": _op(
+                "List sessions", {"200": _json(_ref("SessionList"), "Sessions"), **_errors()}
+            ),
+        },
         "/sessions/{session_id}": {
             "parameters": session,
-            "get": _op("A session's state", {"200": _json(_ref("Session"), "The session"),
-                                             **_errors(404)}),
-            "delete": _op("Shut the kernel down and forget the session; files are kept "
-                          "unless purge=true", {"200": _json(_ref("Deleted"), "Deleted"),
-                                                **_errors(400, 404)},
-                          parameters=[{"name": "purge", "in": "query", "required": False,
-                                       "schema": {"type": "boolean"}}])},
-        "/sessions/{session_id}/execute": {"parameters": session, "post": _op(
-            "Run code; the ExecutionResult", {
-                "200": _json(_ref("ExecutionResult"), "What the code did, failures included"),
-                **_errors(400, 404, 409, 413, 503)}, requestBody=execute_body)},
-        "/sessions/{session_id}/execute/stream": {"parameters": session, "post": _op(
-            "Run code; server-sent events: an 'output' event per output, then 'result'", {
-                "200": {"description": "text/event-stream", "content": {
-                    "text/event-stream": {"schema": {"type": "string"}}}},
-                **_errors(400, 404, 409, 413, 503)}, requestBody=execute_body)},
-        "/sessions/{session_id}/interrupt": {"parameters": session, "post": _op(
-            "Interrupt what the kernel runs", {"200": _json(_ref("Session"), "Interrupted"),
-                                               **_errors(404, 409)})},
-        "/sessions/{session_id}/restart": {"parameters": session, "post": _op(
-            "Replace the kernel; state is lost", {"200": _json(_ref("Session"), "Restarted"),
-                                                  **_errors(404, 409, 503)})},
-        "/sessions/{session_id}/files": {"parameters": session, "get": _op(
-            "Files in the work dir", {"200": _json(_ref("FileList"), "The files"),
-                                      **_errors(404)})},
+            "get": _op(
+                "A session's state", {"200": _json(_ref("Session"), "The session"), **_errors(404)}
+            ),
+            "delete": _op(
+                "Shut the kernel down and forget the session; files are kept unless purge=true",
+                {"200": _json(_ref("Deleted"), "Deleted"), **_errors(400, 404)},
+                parameters=[
+                    {
+                        "name": "purge",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "boolean"},
+                    }
+                ],
+            ),
+        },
+        "/sessions/{session_id}/execute": {
+            "parameters": session,
+            "post": _op(
+                "Run code; the ExecutionResult",
+                {
+                    "200": _json(_ref("ExecutionResult"), "What the code did, failures included"),
+                    **_errors(400, 404, 409, 413, 503),
+                },
+                requestBody=execute_body,
+            ),
+        },
+        "/sessions/{session_id}/execute/stream": {
+            "parameters": session,
+            "post": _op(
+                "Run code; server-sent events: an 'output' event per output, then 'result'",
+                {
+                    "200": {
+                        "description": "text/event-stream",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    **_errors(400, 404, 409, 413, 503),
+                },
+                requestBody=execute_body,
+            ),
+        },
+        "/sessions/{session_id}/interrupt": {
+            "parameters": session,
+            "post": _op(
+                "Interrupt what the kernel runs",
+                {"200": _json(_ref("Session"), "Interrupted"), **_errors(404, 409)},
+            ),
+        },
+        "/sessions/{session_id}/restart": {
+            "parameters": session,
+            "post": _op(
+                "Replace the kernel; state is lost",
+                {"200": _json(_ref("Session"), "Restarted"), **_errors(404, 409, 503)},
+            ),
+        },
+        "/sessions/{session_id}/files": {
+            "parameters": session,
+            "get": _op(
+                "Files in the work dir",
+                {"200": _json(_ref("FileList"), "The files"), **_errors(404)},
+            ),
+        },
         "/sessions/{session_id}/files/{path}": {
             "parameters": [_SESSION_ID, _PATH],
-            "get": _op("Download a file", {
-                "200": {"description": "The file's bytes",
-                        "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
-                **_errors(400, 403, 404)}),
-            "put": _op("Upload a file (the body is its bytes)", {
-                "201": _json(_ref("FileInfo"), "Written"), **_errors(400, 403, 404, 409, 413)},
-                requestBody={"required": True, "content": {"application/octet-stream": {
-                    "schema": {"type": "string", "format": "binary"}}}})},
-        "/sessions/{session_id}/notebook": {"parameters": session, "get": _op(
-            "The transcript (nbformat 4)", {
-                "200": {"description": "The notebook", "content": {
-                    "application/x-ipynb+json": {"schema": {"type": "object"}}}},
-                **_errors(404)})},
+            "get": _op(
+                "Download a file",
+                {
+                    "200": {
+                        "description": "The file's bytes",
+                        "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+                    },
+                    **_errors(400, 403, 404),
+                },
+            ),
+            "put": _op(
+                "Upload a file (the body is its bytes)",
+                {"201": _json(_ref("FileInfo"), "Written"), **_errors(400, 403, 404, 409, 413)},
+                requestBody={
+                    "required": True,
+                    "content": {
+                        "application/octet-stream": {
+                            "schema": {"type": "string", "format": "binary"}
+                        }
+                    },
+                },
+            ),
+        },
+        "/sessions/{session_id}/notebook": {
+            "parameters": session,
+            "get": _op(
+                "The transcript (nbformat 4)",
+                {
+                    "200": {
+                        "description": "The notebook",
+                        "content": {"application/x-ipynb+json": {"schema": {"type": "object"}}},
+                    },
+                    **_errors(404),
+                },
+            ),
+        },
     }
     return {
         "openapi": "3.1.0",
-        "info": {"title": "kernelexec", "version": __version__,
-                 "description": "Stateful code execution on Jupyter kernels."},
+        "info": {
+            "title": "kernelexec",
+            "version": __version__,
+            "description": "Stateful code execution on Jupyter kernels.",
+        },
         "paths": paths,
         "components": {
             "schemas": _schemas(config, kernel_names),

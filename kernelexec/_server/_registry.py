@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._exceptions import ConfigurationError, KernelStartError
+from .._pool import KernelPool
 from .._remote_models import SessionInfo, SessionState
 from .._session import AsyncSession
 from ._bodies import CreateRequest
@@ -55,8 +56,15 @@ class Entry:
         return self.session.work_dir
 
     def info(self) -> SessionInfo:
-        return SessionInfo(self.id, self.state, self.kernel_name, self.timeout, self.created,
-                           self.last_activity, self.executions)
+        return SessionInfo(
+            self.id,
+            self.state,
+            self.kernel_name,
+            self.timeout,
+            self.created,
+            self.last_activity,
+            self.executions,
+        )
 
     def touch(self) -> None:
         self.last_activity = time.time()
@@ -74,6 +82,12 @@ class Registry:
         self.root = config.work_root.expanduser().resolve()
         self._entries: dict[str, Entry] = {}
         self._closing = False
+        self.pool: KernelPool | None = None
+
+    def start_pool(self) -> None:
+        """Starts filling the warm kernel pool, if the config asks for one."""
+        if self.config.pool_size and self.pool is None:
+            self.pool = KernelPool(self.config.pool_size, preload=self.config.preload).start()
 
     @property
     def closing(self) -> bool:
@@ -86,13 +100,23 @@ class Registry:
         """Starts a session's kernel; HTTP 429 past ``max_sessions``."""
         self._refuse_if_closing()
         if self._live() >= self.config.max_sessions:
-            raise ApiError(429, "too_many_sessions", f"the server already runs "
-                           f"{self.config.max_sessions} sessions (its --max-sessions); delete one "
-                           "(DELETE /sessions/{id}) or wait for idle ones to be culled")
+            raise ApiError(
+                429,
+                "too_many_sessions",
+                f"the server already runs "
+                f"{self.config.max_sessions} sessions (its --max-sessions); delete one "
+                "(DELETE /sessions/{id}) or wait for idle ones to be culled",
+            )
         session_id = secrets.token_hex(16)
         try:
-            session = AsyncSession(self.root / session_id, kernel_name=request.kernel_name,
-                                   env=request.env, timeout=request.timeout)
+            session = AsyncSession(
+                self.root / session_id,
+                kernel_name=request.kernel_name,
+                env=request.env,
+                timeout=request.timeout,
+                preload=self.config.preload,
+                pool=self.pool,
+            )
         except ConfigurationError as exc:
             raise ApiError(503, "work_root_unusable", str(exc)) from None
         entry = Entry(session_id, session, request.kernel_name, request.timeout)
@@ -115,8 +139,12 @@ class Registry:
         """The session, culled or not; HTTP 404 for an unknown or malformed id."""
         entry = self._entries.get(session_id) if _ID.fullmatch(session_id) else None
         if entry is None:
-            raise ApiError(404, "session_not_found", f"no session {session_id[:64]!r} on this "
-                           "server; it may have been deleted (GET /sessions lists them)")
+            raise ApiError(
+                404,
+                "session_not_found",
+                f"no session {session_id[:64]!r} on this "
+                "server; it may have been deleted (GET /sessions lists them)",
+            )
         return entry
 
     def get_live(self, session_id: str) -> Entry:
@@ -124,13 +152,20 @@ class Registry:
         entry = self.get(session_id)
         self._refuse_if_closing()
         if entry.culled:
-            raise ApiError(409, "session_culled", f"session {session_id} was idle over "
-                           f"{self.config.idle_timeout or 0:g} s, so its kernel was shut down "
-                           "(its files and notebook can still be downloaded); create a new "
-                           "session")
+            raise ApiError(
+                409,
+                "session_culled",
+                f"session {session_id} was idle over "
+                f"{self.config.idle_timeout or 0:g} s, so its kernel was shut down "
+                "(its files and notebook can still be downloaded); create a new "
+                "session",
+            )
         if entry.session.closed:
-            raise ApiError(409, "session_closed", f"session {session_id} is being deleted; "
-                           "create a new session")
+            raise ApiError(
+                409,
+                "session_closed",
+                f"session {session_id} is being deleted; create a new session",
+            )
         return entry
 
     def entries(self) -> list[Entry]:
@@ -170,8 +205,11 @@ class Registry:
         if self.config.idle_timeout is None:
             return []
         deadline = time.time() - self.config.idle_timeout
-        idle = [e for e in self._entries.values()
-                if not (e.culled or e.starting or e.busy) and e.last_activity < deadline]
+        idle = [
+            e
+            for e in self._entries.values()
+            if not (e.culled or e.starting or e.busy) and e.last_activity < deadline
+        ]
         for entry in idle:
             entry.culled = True  # before the await: no request can start using it now
         await asyncio.gather(*(e.session.close() for e in idle), return_exceptions=True)
@@ -197,8 +235,13 @@ class Registry:
         self._closing = True
         sessions = [e.session for e in self._entries.values() if not e.session.closed]
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        if self.pool is not None:
+            await self.pool.close()
 
     def _refuse_if_closing(self) -> None:
         if self._closing:
-            raise ApiError(503, "shutting_down", "the server is shutting down; start it again "
-                           "and create a new session")
+            raise ApiError(
+                503,
+                "shutting_down",
+                "the server is shutting down; start it again and create a new session",
+            )

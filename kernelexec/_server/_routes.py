@@ -84,12 +84,19 @@ async def _execute(
 ) -> ExecutionResult:
     entry.executions += 1
     try:
-        return await entry.session.execute(body.code, language=body.language,
-                                           timeout=body.timeout, stdin=body.stdin,
-                                           on_output=on_output)
+        return await entry.session.execute(
+            body.code,
+            language=body.language,
+            timeout=body.timeout,
+            stdin=body.stdin,
+            on_output=on_output,
+        )
     except SessionClosedError:
-        raise ApiError(409, "session_closed", "the session was deleted or culled before this "
-                       "code ran; create a new session") from None
+        raise ApiError(
+            409,
+            "session_closed",
+            "the session was deleted or culled before this code ran; create a new session",
+        ) from None
     except KernelStartError as exc:
         raise ApiError(503, "kernel_start_failed", str(exc)) from None
 
@@ -120,8 +127,11 @@ async def execute_stream(request: Request) -> Response:
     task = asyncio.get_running_loop().create_task(run())
     state.tasks.add(task)
     task.add_done_callback(_forget(state.tasks))
-    return StreamingResponse(execution_events(task, queue), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        execution_events(task, queue),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 def _forget(tasks: set[asyncio.Task[ExecutionResult]]) -> Callable[[asyncio.Task[Any]], None]:
@@ -129,6 +139,7 @@ def _forget(tasks: set[asyncio.Task[ExecutionResult]]) -> Callable[[asyncio.Task
         tasks.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: the stream reported it, if anyone listened
+
     return done
 
 
@@ -164,11 +175,15 @@ async def download(request: Request) -> Response:
     raw = str(request.path_params["path"])
     target = resolve_inside(entry.work_dir, raw)
     if target.is_dir():
-        raise ApiError(400, "not_a_file", f"{raw[:200]!r} is a folder; GET .../files lists "
-                       "every file")
+        raise ApiError(
+            400, "not_a_file", f"{raw[:200]!r} is a folder; GET .../files lists every file"
+        )
     if not target.is_file():
-        raise ApiError(404, "file_not_found", f"no file {raw[:200]!r} in the session's work "
-                       "dir; GET .../files lists them")
+        raise ApiError(
+            404,
+            "file_not_found",
+            f"no file {raw[:200]!r} in the session's work dir; GET .../files lists them",
+        )
     return FileResponse(target)
 
 

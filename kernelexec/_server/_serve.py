@@ -54,8 +54,13 @@ def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
     """Serves until SIGTERM or SIGINT; returns once every kernel is shut down."""
     app = create_app(config)
     uv_config = uvicorn.Config(
-        app, host=config.host, port=config.port, log_level=log_level, lifespan="on",
-        timeout_graceful_shutdown=30, server_header=False,
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=30,
+        server_header=False,
     )
     server = _Server(uv_config, app.state.kexec.registry)
     previous = {sig: signal.signal(sig, _ignore) for sig in _SIGNALS}

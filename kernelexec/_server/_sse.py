@@ -117,8 +117,10 @@ class OutputQueue:
         while self._items:
             item = self._items.popleft()
             if isinstance(item, _Stream):
-                item = frame("output", {"output_type": "stream", "name": item.name,
-                                        "text": "".join(item.parts)})
+                item = frame(
+                    "output",
+                    {"output_type": "stream", "name": item.name, "text": "".join(item.parts)},
+                )
             elif isinstance(item, _Dropped):
                 item = frame("dropped", {"outputs": item.outputs, "chars": item.chars})
             frames.append(item)
@@ -142,12 +144,19 @@ async def execution_events(
             yield b": keep-alive\n\n"
     exc = None if task.cancelled() else task.exception()
     if task.cancelled():
-        yield frame("error", {"error": "cancelled", "message": "the execution was "
-                              "cancelled because the server is stopping"}).encode("ascii")
+        yield frame(
+            "error",
+            {
+                "error": "cancelled",
+                "message": "the execution was cancelled because the server is stopping",
+            },
+        ).encode("ascii")
     elif isinstance(exc, ApiError):
         yield frame("error", {"error": exc.code, "message": exc.message}).encode("ascii")
     elif exc is not None:
-        yield frame("error", {"error": "internal", "message": f"the execution failed: "
-                              f"{type(exc).__name__}: {exc}"}).encode("ascii")
+        yield frame(
+            "error",
+            {"error": "internal", "message": f"the execution failed: {type(exc).__name__}: {exc}"},
+        ).encode("ascii")
     else:
         yield frame("result", task.result().to_dict()).encode("ascii")

@@ -84,8 +84,9 @@ def combine(results: Sequence[ExecutionResult], work_dir: Path) -> Combined:
         texts.append(_named_files(result, shown, work_dir))
         files.extend(work_dir / path for path in shown)
     code = exit_code(results[-1]) if results else 0
-    return Combined(exit_code=code, output="\n".join(t.rstrip("\n") for t in texts),
-                    output_files=files)
+    return Combined(
+        exit_code=code, output="\n".join(t.rstrip("\n") for t in texts), output_files=files
+    )
 
 
 def refused(text: str) -> Combined:
