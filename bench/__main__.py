@@ -119,7 +119,10 @@ ROWS = [
 
 def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
     """The worker's result, or a short reason it failed."""
-    python = str(peers.python_for(impl))
+    try:
+        python = str(peers.python_for(impl))
+    except (KeyError, OSError, subprocess.CalledProcessError) as exc:
+        return f"no environment: {exc!r}"[:120]
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     try:
         proc = subprocess.run(

@@ -28,6 +28,7 @@ IMPL_ENV = {
     "kernelexec-pooled": "kernelexec",
     "kernelexec-http": "kernelexec",
     "kernelexec-gateway": "kernelexec",
+    "kernelexec-docker": "kernelexec",
     "autogen": "autogen",
     "ag2": "ag2",
 }

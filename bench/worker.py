@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -145,8 +146,12 @@ class KernelexecDocker(Kernelexec):
 
     async def open(self) -> None:
         import kernelexec
+        from kernelexec._image import image_tag
 
-        self.s = kernelexec.AsyncSession(self.work_dir, backend=kernelexec.DockerBackend())
+        # The image `kernelexec image build --base-image B` made (CI: the registry-free base).
+        image = image_tag(base_image=os.environ.get("KERNELEXEC_TEST_BASE_IMAGE"))
+        backend = kernelexec.DockerBackend(image=image)
+        self.s = kernelexec.AsyncSession(self.work_dir, backend=backend)
         await self.s.start()
 
 

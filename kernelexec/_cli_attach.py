@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,16 @@ def add_command(commands: Any) -> None:
     attach.add_argument(
         "--print", action="store_true", help="print the jupyter console command, don't run it"
     )
+    attach.add_argument(
+        "--lab",
+        metavar="URL",
+        help="instead of a console: open a notebook on the kernel in this JupyterLab (started "
+        "with --GatewayClient.url pointing at the server) and print the notebook's URL",
+    )
+    attach.add_argument("--lab-token", default="", help="that JupyterLab's token")
+    attach.add_argument(
+        "--notebook", default="debug-{session}.ipynb", help="the notebook's path in JupyterLab"
+    )
     attach.set_defaults(handler=_attach)
 
 
@@ -43,6 +54,8 @@ def _attach(args: argparse.Namespace) -> int:
             "kernelexec: give the server's token with --token or KERNELEXEC_TOKEN", file=sys.stderr
         )
         return 2
+    if args.lab:
+        return _attach_lab(args)
     url = f"{args.url.rstrip('/')}/sessions/{args.session}/connection"
     try:
         response = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, trust_env=False)
@@ -69,6 +82,37 @@ def _attach(args: argparse.Namespace) -> int:
         )
         return 2
     os.execvp(command[0], command)
+
+
+def _attach_lab(args: argparse.Namespace) -> int:
+    # JupyterLab's gateway client lists only the kernels it has a session for, so
+    # give it one on the agent's kernel; the notebook then opens on that kernel.
+    lab = args.lab.rstrip("/")
+    path = args.notebook.format(session=args.session[:8])
+    try:
+        kernel = str(uuid.UUID(hex=args.session.replace("-", "")))
+    except ValueError:
+        print(f"kernelexec: {args.session!r} is not a session id", file=sys.stderr)
+        return 2
+    body = {"path": path, "name": path, "type": "notebook", "kernel": {"id": kernel}}
+    headers = {"Authorization": f"token {args.lab_token}"} if args.lab_token else {}
+    try:
+        response = httpx.post(
+            f"{lab}/api/sessions", json=body, headers=headers, trust_env=False, timeout=60
+        )
+    except httpx.HTTPError as exc:
+        print(f"kernelexec: cannot reach JupyterLab at {lab}: {exc}", file=sys.stderr)
+        return 2
+    if response.status_code != 201:
+        print(
+            f"kernelexec: JupyterLab refused the session ({response.status_code}): "
+            f"{response.text[:300]}",
+            file=sys.stderr,
+        )
+        return 2
+    token = f"?token={args.lab_token}" if args.lab_token else ""
+    print(f"{lab}/lab/tree/{path}{token}")
+    return 0
 
 
 def _write_connection_file(session: str, info: dict[str, Any]) -> Path:

@@ -12,7 +12,9 @@ from ._artifacts import Saved
 __all__ = ["cap_text", "collapse_carriage_returns", "render_outputs"]
 
 # Reprs that say nothing once the real payload was saved as a file.
-_EMPTY_REPR = re.compile(r"^<[^<>\n]*(?: object| at 0x[0-9a-fA-F]+|Figure size [^<>\n]*)>$")
+_EMPTY_REPR = re.compile(
+    r"^<[^<>\n]*(?: object| at 0x[0-9a-fA-F]+|Figure size [^<>\n]*| image mode=\w+ size=\d+x\d+)>$"
+)
 _TEXT_MIMETYPES = ("text/markdown", "text/latex")
 
 

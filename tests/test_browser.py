@@ -122,21 +122,34 @@ def test_a_person_sees_the_agents_variable_and_its_plot(agent: ServerProcess, la
         nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(x)")]),
         Path(root) / "debug.ipynb",
     )
-    # A notebook session on the agent's kernel, as JupyterLab makes when a person picks it.
-    kernel_id = str(uuid.UUID(hex=session_id))
-    attached = httpx.post(
-        f"{url}/api/sessions?token={token}",
-        trust_env=False,
-        timeout=60,
-        json={
-            "path": "debug.ipynb",
-            "type": "notebook",
-            "name": "debug.ipynb",
-            "kernel": {"id": kernel_id},
-        },
+    # `kernelexec attach --lab` gives JupyterLab a notebook session on the agent's kernel ...
+    opened = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelexec",
+            "attach",
+            session_id,
+            "--url",
+            agent.url,
+            "--token",
+            agent.token,
+            "--lab",
+            url,
+            "--lab-token",
+            token,
+            "--notebook",
+            "debug.ipynb",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert attached.status_code == 201, attached.text
-    assert attached.json()["kernel"]["id"] == kernel_id
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == f"{url}/lab/tree/debug.ipynb?token={token}"
+    # ... after which JupyterLab lists the kernel, refreshed through the gateway route.
+    listed = httpx.get(f"{url}/api/kernels?token={token}", trust_env=False, timeout=60).json()
+    assert str(uuid.UUID(hex=session_id)) in [k["id"] for k in listed]
     transcript = agent.http.get(f"/sessions/{session_id}/notebook").text
     (Path(root) / "transcript.ipynb").write_text(transcript)
 
@@ -144,7 +157,7 @@ def test_a_person_sees_the_agents_variable_and_its_plot(agent: ServerProcess, la
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(f"{url}/lab/tree/debug.ipynb?token={token}", timeout=120_000)
+        page.goto(opened.stdout.strip(), timeout=120_000)
         cell = page.locator(".jp-Notebook .jp-Cell").first
         expect(cell).to_be_visible(timeout=120_000)
         cell.click()

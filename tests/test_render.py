@@ -41,6 +41,14 @@ def test_saved_file_replaces_an_empty_repr_but_not_a_useful_one() -> None:
         "data": {"text/html": "<table/>", "text/plain": "   a\n0  1"},
     }
     saved = {0: [("image/png", "outputs/0001-1.png")], 1: [("text/html", "outputs/0001-2.html")]}
+    pil = {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {"image/png": "AAAA", "text/plain": "<PIL.Image.Image image mode=RGB size=8x8>"},
+    }
+    assert render_outputs([pil], {0: [("image/png", "outputs/0001-3.png")]}) == (
+        "[image/png saved to outputs/0001-3.png]\n"
+    )
     text = render_outputs([figure, frame], saved)
     assert text == (
         "[image/png saved to outputs/0001-1.png]\n"

@@ -26,6 +26,7 @@ from .._exceptions import KernelStartError
 from . import _wire
 from ._base import KernelMessage
 from ._channels import KernelChannels, OpenFailed
+from ._ready import await_kernel_info
 from ._rest import GatewayREST
 
 __all__ = ["GatewayBackend"]
@@ -257,30 +258,26 @@ class GatewayBackend:
         return str(msg["msg_id"])
 
     async def _wait_ready(self) -> None:
-        # Ready once a kernel_info request is answered on shell and its idle
-        # status arrives on IOPub: the output of the first execution cannot be
-        # missed then. Asked again every 2 s, as a starting kernel drops requests.
         assert self._channels is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            msg_id = await self._send("shell", "kernel_info_request", {})
-            retry = min(deadline, time.monotonic() + 2.0)
-            while time.monotonic() < retry:
-                item = await self._channels.receive(0.2)
-                if item is None:
-                    if self._gone is not None:
-                        raise KernelStartError(
-                            f"the kernel on {self.url} did not start: {self._gone}"
-                        )
-                    continue
-                channel, msg = item
-                if (
-                    channel == "iopub"
-                    and msg["parent_header"].get("msg_id") == msg_id
-                    and msg["content"].get("execution_state") == "idle"
-                ):
-                    self._channels.clear()
-                    return
+        channels = self._channels
+
+        async def ask() -> str:
+            return await self._send("shell", "kernel_info_request", {})
+
+        async def check() -> None:
+            if self._gone is not None:
+                raise KernelStartError(f"the kernel on {self.url} did not start: {self._gone}")
+
+        if await await_kernel_info(
+            ask=ask,
+            receive=channels.receive,
+            check=check,
+            timeout=self.startup_timeout,
+            retry=2.0,
+            poll=0.2,
+        ):
+            channels.clear()
+            return
         raise KernelStartError(
             f"the kernel on {self.url} did not answer within {self.startup_timeout:g} s; "
             "raise startup_timeout if the gateway starts kernels slowly (Kubernetes pods can "

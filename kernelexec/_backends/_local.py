@@ -23,6 +23,7 @@ from jupyter_client.manager import AsyncKernelManager
 from .. import _kernel_boot
 from .._exceptions import KernelStartError
 from ._base import KernelMessage
+from ._ready import await_kernel_info
 
 __all__ = ["LocalBackend"]
 
@@ -253,28 +254,26 @@ class LocalBackend:
         return msg
 
     async def _wait_ready(self) -> None:
-        # The kernel is ready once a kernel_info request's idle status arrives
-        # on IOPub: that also proves the subscription is live, so no output of
-        # the first execution can be missed.
         assert self._kc is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            msg_id = self._kc.kernel_info()
-            retry = min(deadline, time.monotonic() + 1.0)
-            while time.monotonic() < retry:
-                item = await self.receive(0.1)
-                if item is None:
-                    if not await self.is_alive():
-                        raise KernelStartError(self._start_failure())
-                    continue
-                channel, msg = item
-                if (
-                    channel == "iopub"
-                    and msg["parent_header"].get("msg_id") == msg_id
-                    and msg["content"].get("execution_state") == "idle"
-                ):
-                    self._pending.clear()
-                    return
+        kc = self._kc
+
+        async def ask() -> str:
+            return str(kc.kernel_info())
+
+        async def check() -> None:
+            if not await self.is_alive():
+                raise KernelStartError(self._start_failure())
+
+        if await await_kernel_info(
+            ask=ask,
+            receive=self.receive,
+            check=check,
+            timeout=self.startup_timeout,
+            retry=1.0,
+            poll=0.1,
+        ):
+            self._pending.clear()
+            return
         raise KernelStartError(
             f"the kernel did not answer within {self.startup_timeout:g} s; "
             "raise startup_timeout if this machine is slow"

@@ -1,0 +1,51 @@
+"""The readiness handshake every backend does with a new kernel."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from ._base import KernelMessage
+
+__all__ = ["await_kernel_info"]
+
+
+async def await_kernel_info(
+    *,
+    ask: Callable[[], Awaitable[str]],
+    receive: Callable[[float], Awaitable[KernelMessage | None]],
+    check: Callable[[], Awaitable[None]],
+    timeout: float,
+    retry: float,
+    poll: float,
+) -> bool:
+    """Asks for kernel_info until its idle status arrives on IOPub; False on timeout.
+
+    The idle status on IOPub, not just the shell reply, is the proof: it shows
+    the IOPub subscription is live, so not one output of the first execution
+    can be missed. A starting kernel may drop requests, so the question is
+    asked again every ``retry`` seconds.
+
+    Args:
+        ask: sends a kernel_info request; returns its msg_id.
+        receive: the backend's next message, or None after the given seconds.
+        check: raises ``KernelStartError`` once the kernel is known to be gone.
+        timeout, retry, poll: seconds in all, between questions, per receive.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg_id = await ask()
+        until = min(deadline, time.monotonic() + retry)
+        while time.monotonic() < until:
+            item = await receive(poll)
+            if item is None:
+                await check()
+                continue
+            channel, msg = item
+            if (
+                channel == "iopub"
+                and msg["parent_header"].get("msg_id") == msg_id
+                and msg["content"].get("execution_state") == "idle"
+            ):
+                return True
+    return False
