@@ -383,6 +383,7 @@ def main() -> None:
     impl_name, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     threading.excepthook = lambda args: None  # peers' stray thread errors are not results
     with tempfile.TemporaryDirectory(prefix="kernelexec-bench-") as root:
+        os.chdir(root)  # what a peer writes in its cwd (AG2: jupyter_gateway.log) goes too
         result = asyncio.run(measured(name, impl_name, n, Path(root)))
     print("BENCH-RESULT " + json.dumps(result), flush=True)
 

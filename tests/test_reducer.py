@@ -126,3 +126,18 @@ def test_rich_outputs_past_the_limit_are_dropped_and_counted() -> None:
         limits,
     ).finish()
     assert len(folded.outputs) == 3 and folded.dropped_outputs == 2
+
+
+def test_outputs_are_built_as_nbformat_builds_them(recorded: Messages) -> None:
+    from nbformat.v4 import output_from_msg
+
+    from kernelexec._reducer import notebook_output
+
+    kinds = ("stream", "display_data", "execute_result", "error")
+    checked = 0
+    for messages in recorded.values():
+        for message in messages:
+            if message["header"]["msg_type"] in kinds:
+                assert notebook_output(message) == output_from_msg(message)
+                checked += 1
+    assert checked >= 10
