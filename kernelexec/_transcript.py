@@ -3,16 +3,13 @@
 Every execution lands in the file right after it finishes, but never on the
 execution's own path: each cell is serialized once, and a background task
 rewrites the file from those cached pieces in a worker thread, atomically (a
-temp file, then a rename), so a crash never leaves a torn notebook. Executions
-less than WRITE_DELAY apart share one write, so an agent firing quick
-executions does not pay for a rewrite of the whole notebook after each;
-``flush()`` (and closing the session) writes at once.
+temp file, then a rename), so a crash never leaves a torn notebook. Bursts of
+executions coalesce into one write.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -26,7 +23,6 @@ __all__ = ["Transcript", "code_cell", "note_cell"]
 log = logging.getLogger("kernelexec")
 
 NBFORMAT, NBFORMAT_MINOR = 4, 5
-WRITE_DELAY = 0.05  # seconds; a write waits this long for more cells to share it
 _METADATA: dict[str, Any] = {
     "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
     "language_info": {"name": "python"},
@@ -47,7 +43,6 @@ class Transcript:
         self._code_cells = 0
         self._dirty = False
         self._writer: asyncio.Task[None] | None = None
-        self._now = asyncio.Event()  # flush() wants the write without the delay
         self.write_error: str | None = None
         if path.exists():
             self._load()
@@ -68,7 +63,6 @@ class Transcript:
     async def flush(self) -> None:
         """Returns once the file holds every cell added so far."""
         while self._writer is not None and not self._writer.done():
-            self._now.set()
             await asyncio.shield(self._writer)
 
     def to_json(self) -> str:
@@ -76,9 +70,6 @@ class Transcript:
         return self._assemble([c if isinstance(c, str) else _dump(c) for c in self._cells])
 
     async def _write_while_dirty(self) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._now.wait(), WRITE_DELAY)
-        self._now.clear()
         while self._dirty:
             self._dirty = False
             snapshot = list(self._cells)
