@@ -118,8 +118,12 @@ def test_a_person_sees_the_agents_variable_and_its_plot(agent: ServerProcess, la
     agent.execute(session_id, "x = 'set by the agent: 4242'")
     agent.execute(session_id, "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2]); plt.show()")
     # A notebook holding the person's cell, opened on the agent's kernel.
+    # With a kernelspec in its metadata JupyterLab never asks which kernel to start.
+    spec = {"name": "python3", "display_name": "Python 3 (kernelexec)", "language": "python"}
     nbformat.write(
-        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(x)")]),
+        nbformat.v4.new_notebook(
+            cells=[nbformat.v4.new_code_cell("print(x)")], metadata={"kernelspec": spec}
+        ),
         Path(root) / "debug.ipynb",
     )
     # `kernelexec attach --lab` gives JupyterLab a notebook session on the agent's kernel ...
@@ -160,6 +164,10 @@ def test_a_person_sees_the_agents_variable_and_its_plot(agent: ServerProcess, la
         page.goto(opened.stdout.strip(), timeout=120_000)
         cell = page.locator(".jp-Notebook .jp-Cell").first
         expect(cell).to_be_visible(timeout=120_000)
+        # connected to the agent's kernel, which is idle
+        expect(page.locator("#jp-main-statusbar").get_by_text("Idle")).to_be_visible(
+            timeout=120_000
+        )
         cell.click()
         page.keyboard.press("Shift+Enter")
         output = page.locator(".jp-OutputArea-output").filter(has_text="set by the agent: 4242")
