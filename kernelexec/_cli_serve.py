@@ -67,12 +67,12 @@ def add_command(commands: Any) -> None:
     serve.add_argument(
         "--pool-size",
         type=int,
-        default=pool_size(),
+        default=None,
         help="kernels kept started for new sessions (default $KERNELEXEC_POOL_SIZE or 0)",
     )
     serve.add_argument(
         "--preload",
-        default=preload(),
+        default=None,
         help="code each kernel runs before its first execution, e.g. 'import pandas' "
         "(default $KERNELEXEC_PRELOAD)",
     )
@@ -102,8 +102,9 @@ def _serve(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout or None,
         max_timeout=args.max_timeout,
         max_body=int(args.max_body_mb * 1024 * 1024),
-        pool_size=args.pool_size,
-        preload=args.preload,
+        # Read here, not as argparse defaults, so a bad value is a clear error.
+        pool_size=pool_size() if args.pool_size is None else args.pool_size,
+        preload=preload() if args.preload is None else args.preload,
     )
     print(
         f"kernelexec: serving http://{_url_host(args.host)}:{args.port} (work root "

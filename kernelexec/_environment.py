@@ -6,6 +6,8 @@ import os
 import re
 from collections.abc import Mapping
 
+from ._exceptions import ConfigurationError
+
 __all__ = ["kernel_env", "pool_size", "preload", "remote_env", "server_token"]
 
 # Names that carry credentials by convention. A kernel runs code an LLM wrote,
@@ -42,9 +44,17 @@ def server_token() -> str | None:
 
 
 def pool_size() -> int:
-    """``KERNELEXEC_POOL_SIZE``: warm kernels a server keeps (0 when unset or not a number)."""
+    """``KERNELEXEC_POOL_SIZE``: warm kernels a server keeps (0 when unset).
+
+    Raises:
+        ConfigurationError: it is set to anything but a whole number.
+    """
     value = os.environ.get("KERNELEXEC_POOL_SIZE", "").strip()
-    return int(value) if value.isdigit() else 0
+    if value and not value.isdigit():
+        raise ConfigurationError(
+            f"KERNELEXEC_POOL_SIZE must be a whole number of kernels, not {value!r}"
+        )
+    return int(value or 0)
 
 
 def preload() -> str | None:

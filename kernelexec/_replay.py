@@ -111,6 +111,7 @@ def read_code_cells(path: Path) -> list[_Cell]:
 async def replay_into(
     session: AsyncSession,
     path: Path,
+    cells: list[_Cell],
     *,
     until: int | None = None,
     include_failed: bool = False,
@@ -120,11 +121,12 @@ async def replay_into(
     Args:
         session: where to run them; its transcript records the replay.
         path: the notebook (a kernelexec transcript or any .ipynb).
+        cells: its code cells, as ``read_code_cells`` read them.
         until: stop after the code cell with this index (from 1).
         include_failed: also run the cells that failed when recorded.
     """
     report = ReplayReport(notebook=str(path))
-    for cell in read_code_cells(path):
+    for cell in cells:
         if until is not None and cell.index > until:
             break
         if cell.failed and not include_failed:

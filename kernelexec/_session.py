@@ -131,7 +131,7 @@ class AsyncSession:
                 new session's own transcript.
         """
         source = Path(path).expanduser().resolve()
-        read_code_cells(source)  # a bad notebook fails before any kernel starts
+        cells = read_code_cells(source)  # a bad notebook fails before any kernel starts
         session = cls(work_dir, **options)
         if session.notebook_path.resolve() == source:
             raise ConfigurationError(
@@ -140,7 +140,7 @@ class AsyncSession:
         await session.start()
         try:
             session.replay_report = await replay_into(
-                session, source, until=until, include_failed=include_failed
+                session, source, cells, until=until, include_failed=include_failed
             )
         except BaseException:
             await session.close()
