@@ -20,6 +20,7 @@ from ._exceptions import (
 from ._models import ExecutionError, ExecutionResult, Limits, Status
 from ._pool import KernelPool
 from ._remote_models import FileInfo, SessionInfo
+from ._replay import CellReplay, ReplayReport
 from ._session import AsyncSession
 from ._sync import Session
 
@@ -30,6 +31,7 @@ __all__ = [
     "AsyncRemoteSession",
     "AsyncSession",
     "AuthenticationError",
+    "CellReplay",
     "Client",
     "ConfigurationError",
     "DockerBackend",
@@ -44,6 +46,7 @@ __all__ = [
     "Limits",
     "LocalBackend",
     "RemoteSession",
+    "ReplayReport",
     "ServerError",
     "Session",
     "SessionClosedError",
