@@ -1,9 +1,12 @@
-"""``python -m bench [--quick] [--only IMPL ...] [--skip-peers]``: the side-by-side table.
+"""``python -m bench [--quick] [--rounds N] [--only IMPL ...] [--skip-peers]``: the table.
 
 Every (implementation, scenario) pair runs in a fresh process, one at a time,
 so the measurements do not share memory, caches or a CPU with each other.
-Ratios are against raw jupyter_client measured in the same run; a full run
-rewrites ``bench/RESULTS.md``.
+A full run goes through every pair in several rounds and pools each pair's
+samples: on a shared machine the load drifts over minutes, and rounds spread
+that drift over every implementation instead of landing on whichever ran
+during it. Ratios are against raw jupyter_client measured in the same run; a
+full run rewrites ``bench/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class Row:
     lower_is_better: bool = True
     full_n: int = 20
     quick_n: int = 5
+    # n is how many samples, shared out over the rounds (not a size, like the
+    # executions per session of the concurrent scenario)
+    samples_n: bool = True
 
 
 def _p(q: float) -> Callable[[dict[str, Any]], float]:
@@ -81,11 +87,12 @@ ROWS = [
         "16 sessions x 50 executions",
         "concurrent",
         ("raw", "kernelexec", "autogen", "ag2"),
-        lambda r: r["executions"] / r["samples"][0],
+        lambda r: r["executions"] * len(r["samples"]) / sum(r["samples"]),
         "exec/s",
         lower_is_better=False,
         full_n=50,
         quick_n=10,
+        samples_n=False,
     ),
     Row(
         "idle kernel USS",
@@ -115,6 +122,18 @@ ROWS = [
         quick_n=1,
     ),
 ]
+
+
+def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from several rounds': samples pooled, other figures their median."""
+    merged: dict[str, Any] = {}
+    for key in results[0]:
+        values = [r[key] for r in results if key in r]
+        if isinstance(values[0], list):
+            merged[key] = [v for value in values for v in value]
+        else:
+            merged[key] = statistics.median(values)
+    return merged
 
 
 def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
@@ -147,25 +166,41 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer samples; no RESULTS.md")
     parser.add_argument("--only", nargs="*", help="implementations to run (default: all)")
     parser.add_argument("--skip-peers", action="store_true", help="leave out autogen and ag2")
+    parser.add_argument(
+        "--rounds", type=int, help="passes over every pair, samples pooled (default 3, quick 1)"
+    )
     args = parser.parse_args()
+    rounds = max(1, args.rounds or (1 if args.quick else 3))
     wanted = set(args.only or ALL + REMOTE) | {BASELINE}
     if args.skip_peers:
         wanted -= set(peers.PEERS)
 
-    cache: dict[tuple[str, str], dict[str, Any] | str] = {}
+    pairs: dict[tuple[str, str], int] = {}
+    for row in ROWS:
+        for impl in row.impls:
+            if impl in wanted:
+                n = row.quick_n if args.quick else row.full_n
+                pairs[(impl, row.scenario)] = -(-n // rounds) if row.samples_n else n
+    outcomes: dict[tuple[str, str], list[dict[str, Any] | str]] = {key: [] for key in pairs}
+    for round_ in range(1, rounds + 1):
+        for (impl, scenario), n in pairs.items():
+            print(
+                f"[bench] round {round_}/{rounds}: {impl} {scenario} x{n}",
+                file=sys.stderr,
+                flush=True,
+            )
+            outcomes[(impl, scenario)].append(run_worker(impl, scenario, n))
+
     table: list[tuple[Row, dict[str, float | str]]] = []
     for row in ROWS:
         values: dict[str, float | str] = {}
         for impl in row.impls:
-            if impl not in wanted:
+            if (impl, row.scenario) not in outcomes:
                 continue
-            key = (impl, row.scenario)
-            if key not in cache:
-                n = row.quick_n if args.quick else row.full_n
-                print(f"[bench] {impl} {row.scenario} x{n}", file=sys.stderr, flush=True)
-                cache[key] = run_worker(impl, row.scenario, n)
-            result = cache[key]
-            values[impl] = result if isinstance(result, str) else row.value(result)
+            runs = outcomes[(impl, row.scenario)]
+            good = [r for r in runs if not isinstance(r, str)]
+            failed = next((r for r in runs if isinstance(r, str)), "")
+            values[impl] = row.value(merge(good)) if good else failed
         table.append((row, values))
 
     impls = [i for i in ALL + REMOTE if i in wanted]
@@ -205,7 +240,8 @@ def results_page(table: str, args: argparse.Namespace) -> str:
         f"# Benchmark results\n\n{when}; {platform.platform()}; {cpus} cores; "
         f"{int(memory) // 1024 // 1024} GiB; Python {platform.python_version()}.\n"
         "A shared, noisy machine: read the ratios (against raw jupyter_client, measured in "
-        "the same run), not the absolute times.\n\n"
+        "the same run), not the absolute times. Every pair ran in each of several rounds, "
+        "its samples pooled, so drifting load is spread over all implementations.\n\n"
         f"`python -m bench {' '.join(sys.argv[1:])}`\n\n{table}\n\n"
         "- Each implementation runs in its own fresh venv under bench/.venvs (kernelexec and "
         "raw share one), so every kernel runs the same current IPython.\n"

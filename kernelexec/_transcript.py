@@ -2,9 +2,15 @@
 
 Every execution lands in the file right after it finishes, but never on the
 execution's own path: each cell is serialized once, and a background task
-rewrites the file from those cached pieces in a worker thread, atomically (a
-temp file, then a rename), so a crash never leaves a torn notebook. Bursts of
-executions coalesce into one write.
+writes the file in a worker thread, atomically (a temp file, then a rename),
+so a reader or a crash never sees a torn notebook. Bursts of executions
+coalesce into one write.
+
+A write costs the new cells, not the notebook: the new file's bytes up to the
+last cell are copied from the old file inside the OS (``copy_file_range``),
+then the new cells and the closing lines are appended. When the file is not
+the one last written (changed by someone else, or no such call here), the
+notebook is written whole.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import logging
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,15 @@ _METADATA: dict[str, Any] = {
     "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
     "language_info": {"name": "python"},
 }
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The file as this process last wrote it, so the next write can extend it."""
+
+    cells: int  # how many cells it holds
+    prefix: int  # bytes before the closing lines (after the last cell)
+    identity: tuple[int, int, int]  # inode, size, mtime: unchanged since
 
 
 class Transcript:
@@ -43,6 +59,7 @@ class Transcript:
         self._code_cells = 0
         self._dirty = False
         self._writer: asyncio.Task[None] | None = None
+        self._written: _Written | None = None
         self.write_error: str | None = None
         if path.exists():
             self._load()
@@ -87,17 +104,42 @@ class Transcript:
         pieces = [c if isinstance(c, str) else _dump(c) for c in snapshot]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        temp.write_text(self._assemble(pieces), encoding="utf-8")
+        tail = self._tail().encode()
+        written = self._written
+        try:
+            if (
+                written is None
+                or not 0 < written.cells < len(pieces)
+                or not self._unchanged(written)
+            ):
+                raise _WriteWhole
+            new = (",\n" + ",\n".join(pieces[written.cells :])).encode()
+            _extend(self.path, temp, written.prefix, new + tail)
+            prefix = written.prefix + len(new)
+        except (_WriteWhole, OSError):
+            body = ('{\n "cells": [\n' + ",\n".join(pieces)).encode()
+            temp.write_bytes(body + tail)
+            prefix = len(body)
         os.replace(temp, self.path)
+        stat = self.path.stat()
+        self._written = _Written(len(pieces), prefix, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
         return pieces
 
-    def _assemble(self, pieces: list[str]) -> str:
-        head = '{\n "cells": [\n'
-        tail = (
+    def _unchanged(self, written: _Written) -> bool:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return False
+        return (stat.st_ino, stat.st_size, stat.st_mtime_ns) == written.identity
+
+    def _tail(self) -> str:
+        return (
             f'\n ],\n "metadata": {json.dumps(self._metadata, sort_keys=True)},\n'
             f' "nbformat": {NBFORMAT},\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'
         )
-        return head + ",\n".join(pieces) + tail
+
+    def _assemble(self, pieces: list[str]) -> str:
+        return '{\n "cells": [\n' + ",\n".join(pieces) + self._tail()
 
     def _load(self) -> None:
         try:
@@ -158,6 +200,31 @@ def note_cell(
         "metadata": {"kernelexec": kernelexec or {}},
         "source": text,
     }
+
+
+class _WriteWhole(Exception):
+    """The file cannot be extended; write the notebook whole."""
+
+
+def _extend(source: Path, target: Path, keep: int, more: bytes) -> None:
+    """Writes ``source``'s first ``keep`` bytes, then ``more``, to ``target``.
+
+    The copy happens inside the OS, so it costs no Python time however large
+    the notebook.
+    """
+    copy = getattr(os, "copy_file_range", None)
+    if copy is None:
+        raise _WriteWhole
+    with source.open("rb", buffering=0) as src, target.open("wb", buffering=0) as dst:
+        copied = 0
+        while copied < keep:
+            step = copy(src.fileno(), dst.fileno(), keep - copied)
+            if step <= 0:
+                raise _WriteWhole  # the file is shorter than this process wrote it
+            copied += step
+        rest = memoryview(more)
+        while rest:
+            rest = rest[os.write(dst.fileno(), rest) :]
 
 
 def _dump(cell: dict[str, Any]) -> str:

@@ -74,3 +74,28 @@ async def test_a_broken_transcript_is_moved_aside_not_overwritten(tmp_path: Path
         await s.execute("1")
     assert [p.read_text() for p in tmp_path.glob("transcript.ipynb.broken-*")] == ["{ not json"]
     nbformat.validate(nbformat.read(tmp_path / "transcript.ipynb", as_version=4))
+
+
+async def test_each_write_extends_the_file_to_exactly_the_whole_notebook(tmp_path: Path) -> None:
+    async with AsyncSession(tmp_path) as s:
+        for i in range(5):
+            await s.execute(f"print({i})")
+            await s.flush()
+            text = s.notebook_path.read_text(encoding="utf-8")
+            assert text == s._transcript.to_json()
+            assert len(nbformat.reads(text, as_version=4).cells) == i + 1
+
+
+async def test_a_transcript_changed_by_someone_else_is_written_whole(tmp_path: Path) -> None:
+    async with AsyncSession(tmp_path) as s:
+        await s.execute("print('one')")
+        await s.execute("print('two')")
+        await s.flush()
+        # Another program rewrites the file in place (same inode), shorter.
+        with s.notebook_path.open("r+", encoding="utf-8") as f:
+            f.truncate(10)
+        await s.execute("print('three')")
+        await s.flush()
+        nb = nbformat.read(s.notebook_path, as_version=4)
+    nbformat.validate(nb)
+    assert [c.outputs[0]["text"] for c in nb.cells] == ["one\n", "two\n", "three\n"]

@@ -30,15 +30,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import zmq
-import zmq.asyncio
-from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.session import Session
 
 from .._docker_cli import docker, engine_problem
 from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
 from .._image import image_tag
 from ._local import _BOOT_SCRIPT, LocalBackend, _context, _describe_exit
+from ._zmq import KernelSockets
 
 __all__ = ["DockerBackend", "cleanup_containers", "owner_label"]
 
@@ -154,11 +153,9 @@ class DockerBackend(LocalBackend):
         await self.start(cwd=self._cwd, env=self._env)
 
     async def shutdown(self, *, now: bool = False) -> None:
-        kc, self._kc, self._poller = self._kc, None, None
-        self._sockets = []
-        self._pending.clear()
-        if kc is not None:
-            kc.stop_channels()
+        channels, self._channels = self._channels, None
+        if channels is not None:
+            channels.close()
         container, self.container = self.container, None
         _LIVE.discard(self)
         if container is not None:
@@ -266,18 +263,9 @@ class DockerBackend(LocalBackend):
         return path
 
     def _connect(self, connection_file: Path) -> None:
-        kc = AsyncKernelClient(context=_context())
-        kc.load_connection_file(str(connection_file))
-        kc.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
-        self._kc = kc
-        self._sockets = [
-            (kc.iopub_channel.socket, "iopub"),
-            (kc.shell_channel.socket, "shell"),
-            (kc.stdin_channel.socket, "stdin"),
-        ]
-        self._poller = zmq.asyncio.Poller()
-        for sock, _ in self._sockets:
-            self._poller.register(sock, zmq.POLLIN)
+        info = json.loads(connection_file.read_text())
+        session = Session(key=info["key"].encode(), signature_scheme=info["signature_scheme"])
+        self._channels = KernelSockets(info, session, _context())
 
     async def _how_it_ended(self) -> str:
         if self.container is None:

@@ -10,13 +10,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
 import zmq
 import zmq.asyncio
-from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
 
@@ -24,6 +22,7 @@ from .. import _kernel_boot
 from .._exceptions import KernelStartError
 from ._base import KernelMessage
 from ._ready import await_kernel_info
+from ._zmq import KernelSockets
 
 __all__ = ["LocalBackend"]
 
@@ -92,10 +91,7 @@ class LocalBackend:
         self.startup_timeout = startup_timeout
         self.preload = preload
         self._km: AsyncKernelManager | None = None
-        self._kc: AsyncKernelClient | None = None
-        self._poller: zmq.asyncio.Poller | None = None
-        self._sockets: list[tuple[zmq.asyncio.Socket, str]] = []
-        self._pending: deque[KernelMessage] = deque()
+        self._channels: KernelSockets | None = None
         self._stderr: IO[bytes] | None = None
         self._pgid: int | None = None
         self._returncode: int | None = None
@@ -124,17 +120,7 @@ class LocalBackend:
         self._km = km
         self._pgid = getattr(km.provisioner, "pgid", None)
         _LIVE.add(self)
-        kc: AsyncKernelClient = km.client()
-        kc.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
-        self._kc = kc
-        self._sockets = [
-            (kc.iopub_channel.socket, "iopub"),
-            (kc.shell_channel.socket, "shell"),
-            (kc.stdin_channel.socket, "stdin"),
-        ]
-        self._poller = zmq.asyncio.Poller()
-        for sock, _ in self._sockets:
-            self._poller.register(sock, zmq.POLLIN)
+        self._channels = KernelSockets(km.get_connection_info(), km.session, _context())
         try:
             await self._wait_ready()
             if self.preload:
@@ -155,32 +141,17 @@ class LocalBackend:
         )
 
     async def execute(self, code: str, *, allow_stdin: bool) -> str:
-        assert self._kc is not None, "start() first"
-        msg_id: str = self._kc.execute(
-            code, silent=False, store_history=True, allow_stdin=allow_stdin, stop_on_error=False
-        )
-        return msg_id
+        return self._send_execute(code, allow_stdin=allow_stdin, silent=False)
 
     async def receive(self, timeout: float) -> KernelMessage | None:
-        if self._pending:
-            return self._pending.popleft()
-        if self._poller is None:
+        if self._channels is None:
             await asyncio.sleep(timeout)
             return None
-        try:
-            ready = dict(await self._poller.poll(max(0, int(timeout * 1000))))
-            for sock, channel in self._sockets:
-                if sock in ready:
-                    self._pending.append((channel, await self._recv(sock)))
-        except asyncio.CancelledError:
-            if self._poller is not None or _cancelling():
-                raise
-            return None  # shutdown() closed the sockets under us; is_alive() says the rest
-        return self._pending.popleft() if self._pending else None
+        return await self._channels.receive(timeout)
 
     async def send_input(self, value: str) -> None:
-        assert self._kc is not None
-        self._kc.input(value)
+        assert self._channels is not None, "start() first"
+        self._channels.send("stdin", "input_reply", {"value": value})
 
     async def interrupt(self) -> None:
         if self._km is not None and await self.is_alive():
@@ -191,11 +162,10 @@ class LocalBackend:
         await self.start(cwd=self._cwd, env=self._env)
 
     async def shutdown(self, *, now: bool = False) -> None:
-        km, kc = self._km, self._kc
-        self._km = self._kc = self._poller = None
-        self._sockets, self._pending = [], deque()
-        if kc is not None:
-            kc.stop_channels()
+        km, channels = self._km, self._channels
+        self._km, self._channels = None, None
+        if channels is not None:
+            channels.close()
         if km is not None:
             km.shutdown_wait_time = 1.0
             try:
@@ -245,20 +215,24 @@ class LocalBackend:
             context=_context(),
         )
 
-    async def _recv(self, sock: zmq.asyncio.Socket) -> dict[str, Any]:
-        assert self._kc is not None
-        session = self._kc.session
-        parts = await sock.recv_multipart(copy=False)
-        _, parts = session.feed_identities(parts, copy=False)
-        msg: dict[str, Any] = session.deserialize(parts, content=True, copy=False)
-        return msg
+    def _send_execute(self, code: str, *, allow_stdin: bool, silent: bool) -> str:
+        assert self._channels is not None, "start() first"
+        content = {
+            "code": code,
+            "silent": silent,
+            "store_history": not silent,
+            "user_expressions": {},
+            "allow_stdin": allow_stdin,
+            "stop_on_error": False,
+        }
+        return self._channels.send("shell", "execute_request", content)
 
     async def _wait_ready(self) -> None:
-        assert self._kc is not None
-        kc = self._kc
+        channels = self._channels
+        assert channels is not None
 
         async def ask() -> str:
-            return str(kc.kernel_info())
+            return channels.send("shell", "kernel_info_request", {})
 
         async def check() -> None:
             if not await self.is_alive():
@@ -272,7 +246,6 @@ class LocalBackend:
             retry=1.0,
             poll=0.1,
         ):
-            self._pending.clear()
             return
         raise KernelStartError(
             f"the kernel did not answer within {self.startup_timeout:g} s; "
@@ -281,8 +254,7 @@ class LocalBackend:
 
     async def _run_silently(self, code: str, what: str) -> None:
         """Runs set-up code that leaves no trace in the history or the execution count."""
-        assert self._kc is not None
-        msg_id = self._kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+        msg_id = self._send_execute(code, allow_stdin=False, silent=True)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             item = await self.receive(0.2)
@@ -327,12 +299,6 @@ class LocalBackend:
             except (ProcessLookupError, PermissionError):
                 pass
             self._pgid = None
-
-
-def _cancelling() -> bool:
-    """Whether the running task itself is being cancelled (not just a future inside it)."""
-    task = asyncio.current_task()
-    return task is not None and getattr(task, "cancelling", lambda: 1)() > 0
 
 
 def _describe_exit(code: int | None) -> str | None:

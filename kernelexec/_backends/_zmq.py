@@ -1,0 +1,157 @@
+"""A kernel's shell, IOPub and stdin sockets, read straight from the event loop.
+
+jupyter_client's asyncio channels make futures for every poll and receive and
+parse the dates in every header; on a trivial execution that costs the client
+about as much CPU as the kernel's own work. Here the event loop watches each
+socket's file descriptor, messages are taken without blocking, and header
+dates stay the ISO strings they were on the wire (as over a gateway).
+
+ZMQ's descriptor only says "look at ZMQ_EVENTS", and reading ZMQ_EVENTS is
+what re-arms it: so the watcher always reads it, and a wait only begins after
+ZMQ_EVENTS said there is nothing to take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, cast
+
+import zmq
+from jupyter_client.session import DELIM, Session
+
+from ._base import KernelMessage
+
+__all__ = ["KernelSockets"]
+
+log = logging.getLogger("kernelexec")
+
+# Plain ints: pyzmq's enum flags make every bitwise test a slow Python call.
+_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
+_DELIM = DELIM.encode() if isinstance(DELIM, str) else DELIM
+
+
+class KernelSockets:
+    """Connects to a kernel's shell, IOPub and stdin sockets and speaks on them.
+
+    Args:
+        info: the kernel's connection info (transport, ip, the three ports).
+        session: signs what is sent and checks what is received.
+        context: the zmq context to make the sockets in.
+    """
+
+    def __init__(
+        self, info: Mapping[str, Any], session: Session, context: zmq.Context[Any]
+    ) -> None:
+        self.session = session
+        self._loop = asyncio.get_running_loop()
+        self._pending: deque[KernelMessage] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._sockets: dict[str, zmq.Socket[bytes]] = {}
+        for channel, kind in (("iopub", zmq.SUB), ("shell", zmq.DEALER), ("stdin", zmq.DEALER)):
+            # zmq.Socket, not context.socket(): a plain socket even in an asyncio context.
+            sock: zmq.Socket[bytes] = zmq.Socket(context, kind)
+            sock.linger = 1000
+            if kind == zmq.SUB:
+                sock.setsockopt(zmq.SUBSCRIBE, b"")
+            else:
+                # The kernel routes an input request to the stdin socket with the shell's identity.
+                sock.setsockopt(zmq.IDENTITY, session.bsession)
+            sock.connect(_url(info, channel))
+            self._sockets[channel] = sock
+            self._loop.add_reader(sock.fileno(), self._on_readable, sock)
+
+    def send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
+        """Sends a message on "shell" or "stdin"; returns its msg_id."""
+        msg = self.session.msg(msg_type, content)
+        self.session.send(self._sockets[channel], msg)
+        return str(msg["header"]["msg_id"])
+
+    async def receive(self, timeout: float) -> KernelMessage | None:
+        """The next message from any channel, or None after ``timeout`` seconds."""
+        if not self._pending:
+            self._take()
+        if not self._pending and self._sockets and timeout > 0:
+            waiter = self._waiter = self._loop.create_future()
+            timer = self._loop.call_later(timeout, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+            self._take()
+        return self._pending.popleft() if self._pending else None
+
+    def close(self) -> None:
+        """Closes the sockets; a pending ``receive`` returns None."""
+        sockets, self._sockets = self._sockets, {}
+        for sock in sockets.values():
+            self._loop.remove_reader(sock.fileno())
+            sock.close()
+        if self._waiter is not None:
+            _wake(self._waiter)
+
+    # -- internals
+
+    def _on_readable(self, sock: zmq.Socket[bytes]) -> None:
+        if not sock.closed and _readable(sock) and self._waiter is not None:
+            _wake(self._waiter)
+
+    def _take(self) -> None:
+        # One message per socket at a time: a flood stays queued in ZMQ, whose
+        # receive limit pushes back on the kernel, not in this deque.
+        for channel, sock in self._sockets.items():
+            if _readable(sock):
+                msg = self._decode(sock.recv_multipart(_NOBLOCK))
+                if msg is not None:
+                    self._pending.append((channel, msg))
+
+    def _decode(self, parts: list[bytes]) -> dict[str, Any] | None:
+        try:
+            frames = parts[parts.index(_DELIM) + 1 :]
+            signature, header, parent, metadata, content = frames[:5]
+        except ValueError:
+            log.warning("kernelexec: dropped a malformed message from the kernel")
+            return None
+        if self.session.auth is not None and not hmac.compare_digest(
+            signature, self.session.sign([header, parent, metadata, content])
+        ):
+            log.warning("kernelexec: dropped a message with a bad signature")
+            return None
+        try:
+            msg: dict[str, Any] = {
+                "header": json.loads(header),
+                "parent_header": json.loads(parent),
+                "metadata": json.loads(metadata),
+                "content": json.loads(content),
+                "buffers": frames[5:],
+            }
+        except ValueError:
+            log.warning("kernelexec: dropped a message that is not JSON")
+            return None
+        if not all(isinstance(msg[k], dict) for k in ("header", "parent_header", "content")):
+            log.warning("kernelexec: dropped a message whose parts are not objects")
+            return None
+        msg["msg_id"] = msg["header"].get("msg_id")
+        msg["msg_type"] = msg["header"].get("msg_type")
+        return msg
+
+
+def _url(info: Mapping[str, Any], channel: str) -> str:
+    port = info[f"{channel}_port"]
+    if info.get("transport", "tcp") == "ipc":
+        return f"ipc://{info['ip']}-{port}"
+    return f"tcp://{info['ip']}:{port}"
+
+
+def _readable(sock: zmq.Socket[bytes]) -> bool:
+    return bool(cast(int, sock.getsockopt(_EVENTS)) & _POLLIN)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
