@@ -51,7 +51,7 @@ class KernelPool:
     otherwise. A kernel leaves the pool for one session and never comes back,
     so no session ever sees another's state; the pool starts a replacement in
     the background. A taken kernel is moved to the session's work dir before
-    its first execution.
+    its first execution (the request is queued ahead of it, not waited for).
 
     Args:
         size: how many ready kernels to keep.
@@ -144,12 +144,7 @@ class KernelPool:
             if not await backend.is_alive():
                 await backend.shutdown()
                 continue
-            try:
-                await backend.move_to(cwd)
-            except KernelStartError as exc:
-                log.warning("kernelexec: a pooled kernel was dropped: %s", exc)
-                await backend.shutdown()
-                continue
+            backend.move_to(cwd)
             return backend
         self._refill()
         return None
@@ -191,6 +186,7 @@ class KernelPool:
         )
         try:
             await backend.start(cwd=self._home, env=self._env)
+            await backend.warm_up()
         except KernelStartError as exc:
             self.last_error = str(exc)
             log.warning("kernelexec: the kernel pool stopped filling: %s", exc)

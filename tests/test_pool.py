@@ -78,3 +78,20 @@ async def test_a_failed_preload_is_reported(tmp_path: Path) -> None:
     with pytest.raises(KernelStartError, match="preload failed: ZeroDivisionError"):
         async with AsyncSession(tmp_path, preload="1/0"):
             pass
+
+
+async def test_a_kernel_that_cannot_enter_the_work_dir_runs_nothing(
+    pool: KernelPool, tmp_path: Path
+) -> None:
+    session = AsyncSession(tmp_path / "gone", pool=pool, preload=PRELOAD)
+    session.work_dir.rmdir()  # the move, queued ahead of the code, must fail
+    try:
+        result = await session.execute("open('marker', 'w').close()")
+    except KernelStartError as exc:  # the kernel was already gone: its restart fails
+        assert str(session.work_dir) in str(exc)
+    else:
+        assert result.status == "kernel_died"
+        assert f"could not enter its work dir {session.work_dir}" in str(result.message)
+    finally:
+        await session.close()
+    assert pool._home is not None and not list(pool._home.rglob("marker"))

@@ -28,10 +28,28 @@ __all__ = ["LocalBackend"]
 
 _BOOT_SCRIPT = Path(_kernel_boot.__file__).resolve()
 _CONTEXT: zmq.asyncio.Context | None = None
-# Messages our side may queue unread: with the boot script's 64 KB stream
-# messages, a few MB at most; the kernel waits (TCP back-pressure) beyond it.
+# Messages our side may queue unread: with the boot script's stream messages of
+# at most 256 KB, 16 MB at most; beyond it they wait in the kernel's process.
 _RECEIVE_QUEUE = 64
 _LIVE: set[LocalBackend] = set()  # killed at interpreter exit if still running
+_MOVE_FAILED = 86  # the exit status of a kernel that could not enter its work dir
+_MOVE = """\
+import os as _k
+try:
+    _k.chdir({path!r})
+    _k.environ["PWD"] = _k.getcwd()
+except BaseException:
+    _k._exit({status})
+del _k
+"""
+# A first execution pays for lazy imports and cold caches (the display
+# formatters above all); a pooled kernel pays before anyone waits on it.
+_WARM_UP = """\
+try:
+    get_ipython().display_formatter.format(0)
+except Exception:
+    pass
+"""
 
 
 def _context() -> zmq.asyncio.Context:
@@ -129,16 +147,22 @@ class LocalBackend:
             await self.shutdown()
             raise
 
-    async def move_to(self, cwd: Path) -> None:
-        """Makes ``cwd`` the running kernel's working directory (and its restarts').
+    def move_to(self, cwd: Path) -> None:
+        """Sends the running kernel to ``cwd`` (restarts start there too), without waiting.
 
-        Lets a kernel started ahead of time, in a pool, serve a session's work dir.
+        Lets a kernel started ahead of time, in a pool, serve a session's work
+        dir. The request is queued ahead of any execution, so the kernel runs it
+        first; a kernel that cannot enter ``cwd`` exits rather than run anyone's
+        code elsewhere, and the session says so and starts a new kernel in ``cwd``.
         """
         self._cwd = cwd
-        await self._run_silently(
-            f"import os as _k\n_k.chdir({str(cwd)!r}); _k.environ['PWD'] = _k.getcwd()\ndel _k",
-            "moving the kernel to its work dir",
+        self._send_execute(
+            _MOVE.format(path=str(cwd), status=_MOVE_FAILED), allow_stdin=False, silent=True
         )
+
+    async def warm_up(self) -> None:
+        """Runs the code paths of an execution once, so a session's first one is quick."""
+        await self._run_silently(_WARM_UP, "warming up")
 
     async def execute(self, code: str, *, allow_stdin: bool) -> str:
         return self._send_execute(code, allow_stdin=allow_stdin, silent=False)
@@ -191,6 +215,8 @@ class LocalBackend:
         return False
 
     def exit_reason(self) -> str | None:
+        if self._returncode == _MOVE_FAILED:
+            return f"it could not enter its work dir {self._cwd}"
         return _describe_exit(self._returncode)
 
     def connection_info(self) -> dict[str, Any] | None:
