@@ -18,11 +18,18 @@ _SECRET_NAME = re.compile(
 )
 # Pagers and colour would hang or clutter output nobody reads in a terminal.
 _KERNEL_DEFAULTS = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
+# Set by pytest for its own process: ipykernel that sees it stops capturing what
+# subprocesses print, so an agent tested under pytest would lose that output.
+_NOT_INHERITED = {"PYTEST_CURRENT_TEST"}
 
 
 def kernel_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without secrets, plus ``extra`` (which wins)."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not _SECRET_NAME.search(k) and k not in _NOT_INHERITED
+    }
     env.update(_KERNEL_DEFAULTS)
     env.update(extra or {})
     return env

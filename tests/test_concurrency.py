@@ -11,7 +11,10 @@ SESSIONS, EXECUTIONS = 20, 50
 
 
 async def test_many_sessions_in_parallel_keep_their_own_state(tmp_path: Path) -> None:
-    sessions = [AsyncSession(tmp_path / f"s{i}", timeout=120) for i in range(SESSIONS)]
+    # Twenty kernels booting at once on a shared 2-core machine, next to other tests.
+    sessions = [
+        AsyncSession(tmp_path / f"s{i}", timeout=120, startup_timeout=180) for i in range(SESSIONS)
+    ]
     await asyncio.gather(*(s.start() for s in sessions))
     try:
 

@@ -199,3 +199,24 @@ async def test_outputs_reach_a_listener_as_they_happen(session: AsyncSession) ->
     )
     assert result.stdout == "waiting\ngo\n"
     assert [o["output_type"] for o in seen] == ["stream", "stream", "execute_result"]
+
+
+async def test_output_keeps_its_order_across_streams_displays_and_subprocesses(
+    session: AsyncSession,
+) -> None:
+    # stdout and stderr are separate streams, each in order; a display flushes both first.
+    result = await session.execute(
+        "import os\nprint('a')\ndisplay('b')\nos.system('echo c')\nprint('d')\n'e'"
+    )
+    shown = [o.get("text") or o["data"]["text/plain"] for o in result.outputs]
+    assert shown == ["a\n", "'b'", "c\nd\n", "'e'"], result.outputs
+
+
+async def test_history_works_but_stays_out_of_the_users_history_file(tmp_path: Path) -> None:
+    ipython_dir = tmp_path / "ipython"
+    async with AsyncSession(tmp_path / "w", env={"IPYTHONDIR": str(ipython_dir)}) as s:
+        await s.execute("marker_7f3a = 1")
+        shown = await s.execute("%history -n")
+        assert "marker_7f3a = 1" in shown.stdout
+    databases = list(ipython_dir.rglob("history.sqlite"))
+    assert all(b"marker_7f3a" not in db.read_bytes() for db in databases)

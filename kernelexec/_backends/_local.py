@@ -32,6 +32,8 @@ _CONTEXT: zmq.asyncio.Context | None = None
 # at most 256 KB, 16 MB at most; beyond it they wait in the kernel's process.
 _RECEIVE_QUEUE = 64
 _LIVE: set[LocalBackend] = set()  # killed at interpreter exit if still running
+_PORT_TAKEN = "Address already in use"
+_PORT_ATTEMPTS = 3
 _MOVE_FAILED = 86  # the exit status of a kernel that could not enter its work dir
 _MOVE = """\
 import os as _k
@@ -117,6 +119,17 @@ class LocalBackend:
         self._env: dict[str, str] = {}
 
     async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
+        # Ports are chosen free, then bound by the kernel: another process can
+        # take one in between. A kernel that lost that race is started again.
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                await self._start_once(cwd, env)
+                return
+            except KernelStartError as exc:
+                if _PORT_TAKEN not in str(exc) or attempt == _PORT_ATTEMPTS - 1:
+                    raise
+
+    async def _start_once(self, cwd: Path, env: dict[str, str]) -> None:
         self._cwd, self._env = cwd, env
         km = self._manager()
         self._stderr = tempfile.TemporaryFile()
