@@ -1,4 +1,4 @@
-"""Starts an IPython kernel with the two guards kernelexec needs.
+"""Starts an IPython kernel guarded and tuned for an agent's use.
 
 Run by path with whatever Python hosts the kernel (it may not have kernelexec
 installed), so it imports nothing but the standard library and ipykernel:
@@ -15,8 +15,8 @@ installed), so it imports nothing but the standard library and ipykernel:
   so it is turned off;
 - no dropped output: a zmq PUB socket silently drops messages past its
   high-water mark (1000 by default), so a flood could lose output and even the
-  final "idle" status; here IOPub queues without limit in the kernel, and the
-  client's small receive queue throttles it through TCP instead;
+  final "idle" status; here IOPub queues without limit in the kernel's process,
+  and the client's small receive queue bounds the client's memory instead;
 - a quick execute cycle: ipykernel flushes stdout and stderr about six times
   per execution, each a wait on its I/O thread, even with nothing printed, and
   sleeps 0.5 ms before every reply; here a flush with nothing to send returns

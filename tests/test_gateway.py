@@ -40,6 +40,7 @@ class CuttableProxy:
         self.target_port = target_port
         self.writers: list[asyncio.StreamWriter] = []
         self.server: asyncio.Server | None = None
+        self.swallowing = False
 
     async def start(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -50,6 +51,11 @@ class CuttableProxy:
         for writer in self.writers:
             writer.transport.abort()
         self.writers.clear()
+        self.swallowing = False
+
+    def swallow(self) -> None:
+        """From now until the cut, what the client sends is lost, as on a failing link."""
+        self.swallowing = True
 
     async def close(self) -> None:
         self.cut()
@@ -60,9 +66,13 @@ class CuttableProxy:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         self.writers += [writer, up_writer]
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool
+        ) -> None:
             try:
                 while data := await src.read(65536):
+                    if upstream and self.swallowing:
+                        continue
                     dst.write(data)
                     await dst.drain()
             except (ConnectionError, OSError):
@@ -71,7 +81,7 @@ class CuttableProxy:
                 dst.transport.abort()
 
         with contextlib.suppress(asyncio.CancelledError):  # the test's loop is ending
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+            await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
 
 
 async def until_dead(backend: GatewayBackend) -> None:
@@ -101,6 +111,21 @@ async def test_a_websocket_cut_by_the_network_is_reopened_with_state_intact(
         result = await s.execute("x + 1")
         assert result.ok and result.text == "42\n" and not result.restarted, result.text
         assert backend.channels is not None and backend.channels.reconnects >= 1
+
+
+async def test_a_request_lost_with_the_connection_is_sent_again(
+    proxy: CuttableProxy, tmp_path: Path
+) -> None:
+    backend = GatewayBackend(await proxy.start(), token=TOKEN)
+    async with AsyncSession(tmp_path, backend=backend, timeout=30) as s:
+        await s.execute("x = 41")
+        proxy.swallow()
+        task = asyncio.create_task(s.execute("x += 1\nx"))
+        await asyncio.sleep(0.5)  # the request went into the failing link
+        proxy.cut()
+        result = await task
+        assert result.ok and result.text == "42\n" and not result.restarted, result.text
+        assert (await s.execute("x")).text == "42\n"  # it ran once
 
 
 async def test_output_sent_while_the_socket_was_down_is_replayed(

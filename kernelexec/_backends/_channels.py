@@ -8,6 +8,12 @@ that stays silent ``ping_timeout`` seconds more is treated as dead (idle
 connections through proxies and NATs die without a FIN). A dropped socket is
 re-opened with the same session id, so the server replays what it buffered
 meanwhile; only a kernel the server no longer has ends the reconnecting.
+
+A request sent just as the network failed may never have reached the server.
+A shell request is remembered until the kernel's first message about it (its
+"busy" status, sent at once by an idle kernel); one sent before a reconnect
+and still unanswered ``RESEND_AFTER`` seconds after it (the server's replay
+comes at once) is sent again, so a blip costs seconds, not the execution.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ __all__ = ["KernelChannels", "OpenFailed"]
 
 _SELECT_SECONDS = 1.0  # how often an idle reader notices close()
 _FRAME_SECONDS = 60.0  # a frame that has begun must finish within this
+RESEND_AFTER = 3.0
 
 
 class OpenFailed(Exception):
@@ -84,6 +91,10 @@ class KernelChannels:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[KernelMessage] = asyncio.Queue()
         self._thread: threading.Thread | None = None
+        # shell requests the kernel has not spoken of yet: msg_id -> (connection, msg)
+        self._unanswered: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._resend_at: float | None = None
+        self._connection = 0  # which socket this is: 1 the first, then one more per reconnect
 
     @property
     def connected(self) -> bool:
@@ -169,6 +180,7 @@ class KernelChannels:
                 return
             self._ws = ws
             self.v1 = ws.getsubprotocol() == _wire.SUBPROTOCOL
+            self._connection += 1
         self.last_heard = time.monotonic()
         self._up.set()
 
@@ -177,7 +189,7 @@ class KernelChannels:
             if not self._wait_up():
                 raise ConnectionError("the kernel's WebSocket is down")
             with self._lock:
-                ws = self._ws
+                ws, connection = self._ws, self._connection
             if ws is None:
                 continue
             if not _still_open(ws):
@@ -185,16 +197,29 @@ class KernelChannels:
                 # sent now would vanish, so wait for the reconnect instead.
                 self._lost(ws)
                 continue
-            frame = _wire.encode(channel, msg, v1=self.v1)
+            if channel == "shell":
+                self._unanswered[msg["msg_id"]] = (connection, msg)
             try:
-                if isinstance(frame, bytes):
-                    ws.send_bytes(frame)
-                else:
-                    ws.send_text(frame)
+                self._send_frame(ws, channel, msg)
                 return
             except (websocket.WebSocketException, OSError):
                 self._lost(ws)
         raise ConnectionError("the kernel's WebSocket dropped while sending")
+
+    def _send_frame(self, ws: websocket.WebSocket, channel: str, msg: dict[str, Any]) -> None:
+        frame = _wire.encode(channel, msg, v1=self.v1)
+        if isinstance(frame, bytes):
+            ws.send_bytes(frame)
+        else:
+            ws.send_text(frame)
+
+    def _resend_unanswered(self, ws: websocket.WebSocket) -> None:
+        self._resend_at = None
+        for connection, msg in list(self._unanswered.values()):
+            if connection < self._connection:  # sent on a socket that has died since
+                self._unanswered[msg["msg_id"]] = (self._connection, msg)
+                with contextlib.suppress(websocket.WebSocketException, OSError):
+                    self._send_frame(ws, "shell", msg)
 
     def _wait_up(self) -> bool:
         deadline = time.monotonic() + self.reconnect_for
@@ -212,7 +237,10 @@ class KernelChannels:
                 if not self._reconnect():
                     return
                 pinged = None
+                self._resend_at = time.monotonic() + RESEND_AFTER
                 continue
+            if self._resend_at is not None and time.monotonic() >= self._resend_at:
+                self._resend_unanswered(ws)
             try:
                 if not _readable(ws):
                     silent = time.monotonic() - self.last_heard
@@ -237,6 +265,8 @@ class KernelChannels:
             item = _wire.decode(frame, v1=self.v1)
         except (ValueError, KeyError, UnicodeDecodeError):
             return  # not a kernel message; nothing to do with it
+        if self._unanswered:
+            self._unanswered.pop(str(item[1]["parent_header"].get("msg_id")), None)
         if self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
