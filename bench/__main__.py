@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--rounds N] [--only IMPL ...] [--skip-peers]``: the table.
+"""``python -m bench [--quick] [--rounds N] [--only IMPL] [--scenarios S] [--skip-peers]``.
 
 Every (implementation, scenario) pair runs in a fresh process, one at a time,
 so the measurements do not share memory, caches or a CPU with each other.
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import peers
+from .worker import FLOOD_LINES
 
 HERE = Path(__file__).parent
 BASELINE = "raw"
@@ -35,7 +36,7 @@ class Row:
     title: str
     scenario: str
     impls: tuple[str, ...]
-    value: Callable[[dict[str, Any]], float]
+    value: Callable[[dict[str, Any]], float | str]
     unit: str
     lower_is_better: bool = True
     full_n: int = 20
@@ -48,7 +49,7 @@ class Row:
 def _p(q: float) -> Callable[[dict[str, Any]], float]:
     def pick(result: dict[str, Any]) -> float:
         samples = sorted(result["samples"])
-        return samples[min(len(samples) - 1, round(q * (len(samples) - 1)))] * 1000
+        return float(samples[min(len(samples) - 1, round(q * (len(samples) - 1)))]) * 1000
 
     return pick
 
@@ -57,18 +58,32 @@ def _median_s(result: dict[str, Any]) -> float:
     return float(statistics.median(result["samples"]))
 
 
+def _if_delivered(
+    pick: Callable[[dict[str, Any]], float],
+) -> Callable[[dict[str, Any]], float | str]:
+    """The figure, or why there is none: a run that lost output did not do the job."""
+
+    def value(result: dict[str, Any]) -> float | str:
+        lines = int(result["delivered_lines"])
+        if lines < FLOOD_LINES:
+            return f"output lost ({lines:,} of {FLOOD_LINES:,} lines came back)"
+        return pick(result)
+
+    return value
+
+
 ALL = ("raw", "kernelexec", "kernelexec-pooled", "autogen", "ag2")
 REMOTE = ("kernelexec-http", "kernelexec-gateway", "kernelexec-docker")
 ROWS = [
     Row("session ready (create -> 1+1) p50", "ready", ALL, _p(0.5), "ms", full_n=10, quick_n=3),
     Row("round trip x+1 p50", "roundtrip", ALL + REMOTE, _p(0.5), "ms", full_n=300, quick_n=50),
     Row("round trip x+1 p99", "roundtrip", ALL + REMOTE, _p(0.99), "ms", full_n=300, quick_n=50),
-    Row("10 MB printed: time", "flood", ALL, _median_s, "s", full_n=3, quick_n=1),
+    Row("10 MB printed: time", "flood", ALL, _if_delivered(_median_s), "s", full_n=3, quick_n=1),
     Row(
         "10 MB printed: our peak RSS growth",
         "flood",
         ALL,
-        lambda r: float(r["peak_growth_mb"]),
+        _if_delivered(lambda r: float(r["peak_growth_mb"])),
         "MB",
         full_n=3,
         quick_n=1,
@@ -167,6 +182,12 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="implementations to run (default: all)")
     parser.add_argument("--skip-peers", action="store_true", help="leave out autogen and ag2")
     parser.add_argument(
+        "--scenarios",
+        nargs="*",
+        choices=sorted({row.scenario for row in ROWS}),
+        help="measurements to run (default: all); a partial run writes no RESULTS.md",
+    )
+    parser.add_argument(
         "--rounds", type=int, help="passes over every pair, samples pooled (default 3, quick 1)"
     )
     args = parser.parse_args()
@@ -175,8 +196,9 @@ def main() -> int:
     if args.skip_peers:
         wanted -= set(peers.PEERS)
 
+    rows = [row for row in ROWS if not args.scenarios or row.scenario in args.scenarios]
     pairs: dict[tuple[str, str], int] = {}
-    for row in ROWS:
+    for row in rows:
         for impl in row.impls:
             if impl in wanted:
                 n = row.quick_n if args.quick else row.full_n
@@ -192,7 +214,7 @@ def main() -> int:
             outcomes[(impl, scenario)].append(run_worker(impl, scenario, n))
 
     table: list[tuple[Row, dict[str, float | str]]] = []
-    for row in ROWS:
+    for row in rows:
         values: dict[str, float | str] = {}
         for impl in row.impls:
             if (impl, row.scenario) not in outcomes:
@@ -206,7 +228,7 @@ def main() -> int:
     impls = [i for i in ALL + REMOTE if i in wanted]
     text = render(table, impls)
     print(text)
-    if not args.quick:
+    if not args.quick and not args.scenarios:
         (HERE / "RESULTS.md").write_text(results_page(text, args))
         print(f"[bench] wrote {HERE / 'RESULTS.md'}", file=sys.stderr)
     return 0

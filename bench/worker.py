@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 PRELOAD = "import numpy, matplotlib.pyplot"
-FLOOD = "import sys\nline = 'x' * 99 + '\\n'\nfor _ in range(100_000): sys.stdout.write(line)"
+FLOOD_LINES = 100_000
+FLOOD_LINE = "x" * 99 + "\n"
+FLOOD = f"import sys\nfor _ in range({FLOOD_LINES}): sys.stdout.write({FLOOD_LINE!r})"
 FIGURE = "plt.figure(); plt.plot(range(100), [i * i for i in range(100)]); plt.show()"
 
 
@@ -43,9 +45,14 @@ class Impl:
         out = await self.run("import os; print(os.getpid())")
         return int(out.strip().splitlines()[-1])
 
+    def delivered(self, out: str) -> str:
+        """All the output the last run delivered to its caller, where the caller can read it."""
+        return out
+
 
 class Kernelexec(Impl):
     pool: Any = None
+    last: Any = None
 
     async def open(self) -> None:
         import kernelexec
@@ -56,7 +63,14 @@ class Kernelexec(Impl):
         await self.s.start()
 
     async def run(self, code: str) -> str:
-        return str((await self.s.execute(code)).text)
+        self.last = await self.s.execute(code)
+        return str(self.last.text)
+
+    def delivered(self, out: str) -> str:
+        # text is capped for an LLM; the complete output is in the work dir
+        if self.last is not None and self.last.full_output:
+            return str((self.s.work_dir / self.last.full_output).read_text())
+        return out
 
     async def close(self) -> None:
         await self.s.close()
@@ -340,8 +354,15 @@ async def scenario(name: str, impl_name: str, n: int, root: Path) -> dict[str, A
             started = time.perf_counter()
             out = await impl.run(FLOOD if name == "flood" else FIGURE)
             samples.append(time.perf_counter() - started)
+        growth = peak_rss_mb() - base  # before reading the output back, which takes memory
+        lines = impl.delivered(out).count(FLOOD_LINE) if name == "flood" else 0
         await impl.close()
-        return {"samples": samples, "peak_growth_mb": peak_rss_mb() - base, "text_chars": len(out)}
+        return {
+            "samples": samples,
+            "peak_growth_mb": growth,
+            "text_chars": len(out),
+            "delivered_lines": lines,
+        }
 
     if name == "concurrent":
         sessions, per = 16, max(n, 1)
