@@ -1,16 +1,15 @@
 """The session's notebook on disk: one code cell per execution.
 
 Every execution lands in the file right after it finishes, but never on the
-execution's own path: each cell is serialized once, and a background task
-writes the file in a worker thread, atomically (a temp file, then a rename),
-so a reader or a crash never sees a torn notebook. Bursts of executions
-coalesce into one write.
+execution's own path: a background task writes the file in a worker thread,
+atomically (a temp file, then a rename), so a reader or a crash never sees a
+torn notebook. Bursts of executions coalesce into one write.
 
-A write costs the new cells, not the notebook: the new file's bytes up to the
-last cell are copied from the old file inside the OS (``copy_file_range``),
-then the new cells and the closing lines are appended. When the file is not
-the one last written (changed by someone else, or no such call here), the
-notebook is written whole.
+A write costs the new cells, not the notebook, in time and in memory: the new
+file's bytes up to the last cell are copied from the old file inside the OS
+(``copy_file_range``), then the new cells and the closing lines are appended.
+When the file is not the one last written (someone else saved it, or there is
+no such call here), it is read back and written whole, its edits kept.
 """
 
 from __future__ import annotations
@@ -48,21 +47,24 @@ class _Written:
 class Transcript:
     """A notebook file that grows by appending cells.
 
-    An existing notebook at ``path`` is continued; one that cannot be read is
-    moved aside (``.broken-<time>``) rather than overwritten.
+    Only cells not yet in the file are held in memory, so a long session's
+    transcript (images and all) costs this process nothing. An existing
+    notebook at ``path`` is continued, and so is one someone edits meanwhile
+    (JupyterLab saving a note, say): the file is read back then, not
+    overwritten. One that cannot be read is moved aside (``.broken-<time>``).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._cells: list[dict[str, Any] | str] = []  # str once serialized
+        self._unwritten: list[dict[str, Any]] = []
         self._metadata: dict[str, Any] = dict(_METADATA)
         self._code_cells = 0
-        self._dirty = False
         self._writer: asyncio.Task[None] | None = None
         self._written: _Written | None = None
         self.write_error: str | None = None
         if path.exists():
-            self._load()
+            cells = self._read_cells()
+            self._code_cells = sum(1 for c in cells if c.get("cell_type") == "code")
 
     @property
     def code_cells(self) -> int:
@@ -70,60 +72,49 @@ class Transcript:
         return self._code_cells
 
     def add(self, cell: dict[str, Any]) -> None:
-        """Appends a cell and schedules the file's rewrite."""
-        self._cells.append(cell)
+        """Appends a cell and schedules the file's write."""
+        self._unwritten.append(cell)
         self._code_cells += cell.get("cell_type") == "code"
-        self._dirty = True
         if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_while_dirty())
+            self._writer = asyncio.get_running_loop().create_task(self._write_while_new())
 
     async def flush(self) -> None:
-        """Returns once the file holds every cell added so far."""
+        """Returns once the file holds every cell added so far (or writing failed)."""
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
 
-    def to_json(self) -> str:
-        """The notebook as the file will hold it."""
-        return self._assemble([c if isinstance(c, str) else _dump(c) for c in self._cells])
-
-    async def _write_while_dirty(self) -> None:
-        while self._dirty:
-            self._dirty = False
-            snapshot = list(self._cells)
+    async def _write_while_new(self) -> None:
+        while self._unwritten:
+            batch, self._unwritten = self._unwritten, []
             try:
-                pieces = await asyncio.to_thread(self._write, snapshot)
+                await asyncio.to_thread(self._write, batch)
             except OSError as exc:
+                self._unwritten[:0] = batch  # kept for the next add() to retry
                 self.write_error = f"could not write {self.path}: {exc}"
                 log.warning("kernelexec: %s", self.write_error)
-                continue
+                return
             self.write_error = None
-            for index, piece in enumerate(pieces):
-                self._cells[index] = piece
 
-    def _write(self, snapshot: list[dict[str, Any] | str]) -> list[str]:
-        pieces = [c if isinstance(c, str) else _dump(c) for c in snapshot]
+    def _write(self, batch: list[dict[str, Any]]) -> None:
+        pieces = [_dump(c) for c in batch]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tail = self._tail().encode()
         written = self._written
         try:
-            if (
-                written is None
-                or not 0 < written.cells < len(pieces)
-                or not self._unchanged(written)
-            ):
+            if written is None or not self._unchanged(written):
                 raise _WriteWhole
-            new = (",\n" + ",\n".join(pieces[written.cells :])).encode()
-            _extend(self.path, temp, written.prefix, new + tail)
-            prefix = written.prefix + len(new)
-        except (_WriteWhole, OSError):
+            new = ((",\n" if written.cells else "") + ",\n".join(pieces)).encode()
+            _extend(self.path, temp, written.prefix, new + self._tail())
+            cells, prefix = written.cells + len(pieces), written.prefix + len(new)
+        except _WriteWhole:
+            # The first write, or the file is not as this process left it.
+            pieces = [_dump(c) for c in self._read_cells()] + pieces
             body = ('{\n "cells": [\n' + ",\n".join(pieces)).encode()
-            temp.write_bytes(body + tail)
-            prefix = len(body)
+            temp.write_bytes(body + self._tail())
+            cells, prefix = len(pieces), len(body)
         os.replace(temp, self.path)
         stat = self.path.stat()
-        self._written = _Written(len(pieces), prefix, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
-        return pieces
+        self._written = _Written(cells, prefix, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
 
     def _unchanged(self, written: _Written) -> bool:
         try:
@@ -132,31 +123,28 @@ class Transcript:
             return False
         return (stat.st_ino, stat.st_size, stat.st_mtime_ns) == written.identity
 
-    def _tail(self) -> str:
+    def _tail(self) -> bytes:
         return (
             f'\n ],\n "metadata": {json.dumps(self._metadata, sort_keys=True)},\n'
             f' "nbformat": {NBFORMAT},\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'
-        )
+        ).encode()
 
-    def _assemble(self, pieces: list[str]) -> str:
-        return '{\n "cells": [\n' + ",\n".join(pieces) + self._tail()
-
-    def _load(self) -> None:
+    def _read_cells(self) -> list[dict[str, Any]]:
+        """The cells of the notebook on disk (none if there is none); its metadata is kept."""
         try:
             notebook = json.loads(self.path.read_text(encoding="utf-8"))
             cells = notebook["cells"]
-            if not isinstance(cells, list):
-                raise TypeError("cells is not a list")
+            if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+                raise TypeError("cells is not a list of cells")
+        except FileNotFoundError:
+            return []
         except (OSError, ValueError, KeyError, TypeError) as exc:
             aside = self.path.with_name(f"{self.path.name}.broken-{int(time.time())}")
             log.warning("kernelexec: %s is not a notebook (%s); moved to %s", self.path, exc, aside)
             self.path.rename(aside)
-            return
-        self._cells = [_dump(c) for c in cells]
-        self._code_cells = sum(
-            1 for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"
-        )
+            return []
         self._metadata = {**_METADATA, **(notebook.get("metadata") or {})}
+        return cells
 
 
 def code_cell(
@@ -215,6 +203,13 @@ def _extend(source: Path, target: Path, keep: int, more: bytes) -> None:
     copy = getattr(os, "copy_file_range", None)
     if copy is None:
         raise _WriteWhole
+    try:
+        _copy_then_write(copy, source, target, keep, more)
+    except OSError as exc:  # say, a file system that cannot copy ranges
+        raise _WriteWhole from exc
+
+
+def _copy_then_write(copy: Any, source: Path, target: Path, keep: int, more: bytes) -> None:
     with source.open("rb", buffering=0) as src, target.open("wb", buffering=0) as dst:
         copied = 0
         while copied < keep:

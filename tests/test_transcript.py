@@ -76,26 +76,43 @@ async def test_a_broken_transcript_is_moved_aside_not_overwritten(tmp_path: Path
     nbformat.validate(nbformat.read(tmp_path / "transcript.ipynb", as_version=4))
 
 
-async def test_each_write_extends_the_file_to_exactly_the_whole_notebook(tmp_path: Path) -> None:
+async def test_each_write_extends_the_file_with_the_new_cells(tmp_path: Path) -> None:
     async with AsyncSession(tmp_path) as s:
         for i in range(5):
             await s.execute(f"print({i})")
             await s.flush()
-            text = s.notebook_path.read_text(encoding="utf-8")
-            assert text == s._transcript.to_json()
-            assert len(nbformat.reads(text, as_version=4).cells) == i + 1
+            nb = nbformat.read(s.notebook_path, as_version=4)
+            nbformat.validate(nb)
+            assert [c.outputs[0]["text"] for c in nb.cells] == [f"{n}\n" for n in range(i + 1)]
 
 
-async def test_a_transcript_changed_by_someone_else_is_written_whole(tmp_path: Path) -> None:
+async def test_an_edit_made_by_someone_else_is_kept(tmp_path: Path) -> None:
     async with AsyncSession(tmp_path) as s:
         await s.execute("print('one')")
+        await s.flush()
+        # A person adds a note in JupyterLab and saves (a new file, as Jupyter writes them).
+        nb = nbformat.read(s.notebook_path, as_version=4)
+        nb.cells.append(nbformat.v4.new_markdown_cell("a note from a person"))
+        nbformat.write(nb, s.notebook_path)
         await s.execute("print('two')")
         await s.flush()
-        # Another program rewrites the file in place (same inode), shorter.
-        with s.notebook_path.open("r+", encoding="utf-8") as f:
-            f.truncate(10)
-        await s.execute("print('three')")
-        await s.flush()
-        nb = nbformat.read(s.notebook_path, as_version=4)
+    nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
     nbformat.validate(nb)
-    assert [c.outputs[0]["text"] for c in nb.cells] == ["one\n", "two\n", "three\n"]
+    assert [c.cell_type for c in nb.cells] == ["code", "markdown", "code"]
+    assert nb.cells[1].source == "a note from a person"
+    assert nb.cells[2].outputs[0]["text"] == "two\n"
+
+
+async def test_a_transcript_broken_during_a_session_is_moved_aside(tmp_path: Path) -> None:
+    async with AsyncSession(tmp_path) as s:
+        await s.execute("print('one')")
+        await s.flush()
+        with s.notebook_path.open("r+", encoding="utf-8") as f:
+            f.truncate(10)  # torn in place by another program
+        await s.execute("print('two')")
+        await s.flush()
+    [aside] = tmp_path.glob("transcript.ipynb.broken-*")
+    assert len(aside.read_text()) == 10
+    nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert [c.outputs[0]["text"] for c in nb.cells] == ["two\n"]

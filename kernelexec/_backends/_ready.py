@@ -24,7 +24,9 @@ async def await_kernel_info(
     The idle status on IOPub, not just the shell reply, is the proof: it shows
     the IOPub subscription is live, so not one output of the first execution
     can be missed. A starting kernel may drop requests, so the question is
-    asked again every ``retry`` seconds.
+    asked again every ``retry`` seconds, and the answer to any of them counts:
+    a kernel slowed down by a busy machine may take longer than ``retry`` to
+    answer each, and waiting for the latest only would never end.
 
     Args:
         ask: sends a kernel_info request; returns its msg_id.
@@ -33,8 +35,9 @@ async def await_kernel_info(
         timeout, retry, poll: seconds in all, between questions, per receive.
     """
     deadline = time.monotonic() + timeout
+    asked: set[str] = set()
     while time.monotonic() < deadline:
-        msg_id = await ask()
+        asked.add(await ask())
         until = min(deadline, time.monotonic() + retry)
         while time.monotonic() < until:
             item = await receive(poll)
@@ -44,7 +47,7 @@ async def await_kernel_info(
             channel, msg = item
             if (
                 channel == "iopub"
-                and msg["parent_header"].get("msg_id") == msg_id
+                and msg["parent_header"].get("msg_id") in asked
                 and msg["content"].get("execution_state") == "idle"
             ):
                 return True
