@@ -21,7 +21,8 @@ installed), so it imports nothing but the standard library and ipykernel:
   per execution, each a wait on its I/O thread, even with nothing printed, and
   sleeps 0.5 ms before every reply; here a flush with nothing to send returns
   at once (later IOPub messages still queue behind any send in flight, so the
-  order up to "idle" is kept) and there is no sleep;
+  order up to "idle" is kept) and there is no sleep; and write() reuses its
+  buffer key for the same parent header instead of building it every time;
 - history kept in memory: an agent's code (and the secrets in it) does not go
   into the user's ~/.ipython history database, and concurrent kernels do not
   contend for its lock; In, Out and %history work as usual.
@@ -53,6 +54,29 @@ def _chunked_outstream() -> type:
     from ipykernel.iostream import OutStream
 
     class ChunkedOutStream(OutStream):
+        # ipykernel keys its buffers by a frozenset of the parent header, made
+        # anew on every write(); for the same header it is the same key.
+        _keyed: tuple[object, object] = (None, None)  # (parent header, its key), set at once
+
+        def write(self, string: str) -> int:
+            parent = self.parent_header
+            keyed_parent, key = self._keyed
+            if (
+                parent is keyed_parent
+                and type(string) is str
+                and self.echo is None
+                and self.pub_thread is not None
+                and os.getpid() == self._master_pid
+            ):
+                with self._buffer_lock:
+                    self._buffers[key].write(string)
+                self._schedule_flush()
+                return len(string)
+            written = super().write(string)
+            if isinstance(parent, dict) and hasattr(self, "_buffers"):
+                self._keyed = (parent, frozenset(parent.items()))
+            return written or 0
+
         def _flush_buffers(self):  # type: ignore[no-untyped-def]
             # Runs in the I/O thread: splitting here costs nothing per write().
             for parent, data in super()._flush_buffers():
