@@ -36,6 +36,7 @@ from ._registry import Entry
 __all__ = ["JUPYTER_ROUTES"]
 
 _CHANNELS = ("shell", "iopub", "stdin", "control")
+_NUDGE_SECONDS = 10.0  # then bridge anyway: a kernel that silent has bigger problems
 
 
 def _registry(request: Request | WebSocket) -> Any:
@@ -180,12 +181,35 @@ async def channels(websocket: WebSocket) -> None:
     client.load_connection_info(info)
     client.start_channels(shell=True, iopub=True, stdin=True, control=True, hb=False)
     try:
-        await _bridge(websocket, client, entry)
+        await _bridge(websocket, client, entry, await _nudge(client))
     finally:
         client.stop_channels()
 
 
-async def _bridge(websocket: WebSocket, client: AsyncKernelClient, entry: Entry) -> None:
+async def _nudge(client: AsyncKernelClient) -> set[str]:
+    """Waits until IOPub is subscribed, as jupyter_server does, so no output is missed.
+
+    A new SUB socket hears nothing until its subscription reaches the kernel;
+    a person's first execution could otherwise lose its output and its idle
+    status. kernel_info requests go on the control channel, which a kernel
+    busy with the agent's code still answers (with a status on IOPub).
+    Returns their msg_ids: their replies are not the browser's.
+    """
+    asked: set[str] = set()
+    iopub = client.iopub_channel.socket
+    deadline = time.monotonic() + _NUDGE_SECONDS
+    while time.monotonic() < deadline:
+        msg = client.session.msg("kernel_info_request", {})
+        client.session.send(client.control_channel.socket, msg)
+        asked.add(msg["header"]["msg_id"])
+        if await iopub.poll(500):
+            break  # anything on IOPub: the subscription is live
+    return asked
+
+
+async def _bridge(
+    websocket: WebSocket, client: AsyncKernelClient, entry: Entry, ours: set[str]
+) -> None:
     sockets = {name: getattr(client, f"{name}_channel").socket for name in _CHANNELS}
 
     async def to_kernel() -> None:
@@ -216,6 +240,8 @@ async def _bridge(websocket: WebSocket, client: AsyncKernelClient, entry: Entry)
                 parts = await socket.recv_multipart()
                 _, parts = client.session.feed_identities(parts)
                 msg = client.session.deserialize(parts)
+                if msg["parent_header"].get("msg_id") in ours:
+                    continue
                 frame = {
                     "channel": channel,
                     "header": msg["header"],
