@@ -30,6 +30,7 @@ from .._models import ExecutionResult
 from .._sync import Session
 from ._approval import Approval, Verdict, read_verdict, refusal_text
 from ._blocks import Combined, combine, quiet_pip, refused
+from ._executor import SessionExecutor
 
 __all__ = ["ApprovalFunc", "KernelexecCodeExecutor"]
 
@@ -37,7 +38,7 @@ ApprovalFunc = Callable[[list[CodeBlock]], Verdict]
 """Sees a message's blocks before any runs; returns a bool or an ``Approval``."""
 
 
-class KernelexecCodeExecutor:
+class KernelexecCodeExecutor(SessionExecutor[Session]):
     """Runs code blocks statefully in a kernelexec session (one Jupyter kernel).
 
     Args:
@@ -54,6 +55,9 @@ class KernelexecCodeExecutor:
         ValueError: timeout is below 1 second, as in AG2's executors.
     """
 
+    _session_class = Session
+    _approval_func: ApprovalFunc | None
+
     def __init__(
         self,
         kernel_name: str = "python3",
@@ -62,13 +66,7 @@ class KernelexecCodeExecutor:
         *,
         approval_func: ApprovalFunc | None = None,
     ) -> None:
-        if timeout < 1:
-            raise ValueError("Timeout must be greater than or equal to 1.")
-        self._kernel_name = kernel_name
-        self._timeout = timeout
-        self._approval_func = approval_func
-        self._session = self._new_session(output_dir)
-        self._output_dir = self._session.work_dir
+        self._setup(kernel_name, timeout, output_dir, approval_func)
 
     def __enter__(self) -> KernelexecCodeExecutor:
         return self
@@ -85,16 +83,6 @@ class KernelexecCodeExecutor:
     def code_extractor(self) -> CodeExtractor:
         """AG2's Markdown extractor: fenced blocks, the language inferred when unnamed."""
         return MarkdownCodeExtractor()
-
-    @property
-    def output_dir(self) -> Path:
-        """The kernel's cwd; saved outputs are under its ``outputs/``."""
-        return self._output_dir
-
-    @property
-    def notebook_path(self) -> Path:
-        """The transcript of every execution, a notebook in ``output_dir``."""
-        return self._session.notebook_path
 
     def execute_code_blocks(self, code_blocks: list[CodeBlock]) -> IPythonCodeResult:
         """Runs the blocks in order in one kernel, stopping at the first that fails.
@@ -126,9 +114,6 @@ class KernelexecCodeExecutor:
     def stop(self) -> None:
         """Shuts the kernel down; files and transcript stay."""
         self._session.close()
-
-    def _new_session(self, output_dir: str | Path | None) -> Session:
-        return Session(output_dir, kernel_name=self._kernel_name, timeout=self._timeout)
 
     def _ask_approval(self, code_blocks: list[CodeBlock]) -> Approval:
         if self._approval_func is None:

@@ -33,6 +33,7 @@ from .._models import ExecutionResult
 from .._session import AsyncSession
 from ._approval import Approval, Verdict, read_verdict, refusal_text
 from ._blocks import Combined, combine, quiet_pip, refused
+from ._executor import SessionExecutor
 
 __all__ = [
     "ApprovalFunc",
@@ -64,7 +65,9 @@ class KernelexecCodeExecutorConfig(BaseModel):
     output_dir: str | None = None
 
 
-class KernelexecCodeExecutor(CodeExecutor, Component[KernelexecCodeExecutorConfig]):
+class KernelexecCodeExecutor(
+    SessionExecutor[AsyncSession], CodeExecutor, Component[KernelexecCodeExecutorConfig]
+):
     """Runs code blocks statefully in a kernelexec session (one Jupyter kernel).
 
     Args:
@@ -83,6 +86,8 @@ class KernelexecCodeExecutor(CodeExecutor, Component[KernelexecCodeExecutorConfi
 
     component_config_schema = KernelexecCodeExecutorConfig
     component_provider_override = "kernelexec.integrations.autogen.KernelexecCodeExecutor"
+    _session_class = AsyncSession
+    _approval_func: ApprovalFunc | None
 
     def __init__(
         self,
@@ -92,27 +97,11 @@ class KernelexecCodeExecutor(CodeExecutor, Component[KernelexecCodeExecutorConfi
         *,
         approval_func: ApprovalFunc | None = None,
     ) -> None:
-        if timeout < 1:
-            raise ValueError("Timeout must be greater than or equal to 1.")
-        self._kernel_name = kernel_name
-        self._timeout = timeout
-        self._approval_func = approval_func
-        self._session = self._new_session(output_dir)
-        self._output_dir = self._session.work_dir
-
-    @property
-    def output_dir(self) -> Path:
-        """The kernel's cwd; saved outputs are under its ``outputs/``."""
-        return self._output_dir
+        self._setup(kernel_name, timeout, output_dir, approval_func)
 
     @property
     def timeout(self) -> float:
         return self._timeout
-
-    @property
-    def notebook_path(self) -> Path:
-        """The transcript of every execution, a notebook in ``output_dir``."""
-        return self._session.notebook_path
 
     async def start(self) -> None:
         """Starts the kernel; ``execute_code_blocks`` starts it too when needed."""
@@ -156,9 +145,6 @@ class KernelexecCodeExecutor(CodeExecutor, Component[KernelexecCodeExecutorConfi
             if not results[-1].ok:
                 break
         return _result(combine(results, self._output_dir))
-
-    def _new_session(self, output_dir: str | Path | None) -> AsyncSession:
-        return AsyncSession(output_dir, kernel_name=self._kernel_name, timeout=self._timeout)
 
     async def _ask_approval(self, code_blocks: list[CodeBlock]) -> Approval:
         if self._approval_func is None:
