@@ -12,7 +12,8 @@ Stock Kernel Gateway, configured and lightly patched in this process:
   kernels get the rest plus the client's allowed names;
 - a client's ``KERNEL_WORKING_DIR`` becomes the kernel's cwd when that
   directory exists (GatewayBackend sends its session's work dir on loopback);
-- the gateway notices a dead kernel within a second, not three.
+- the gateway notices a dead kernel within a second, not three;
+- kernels listen on Unix sockets, not on TCP ports another process could take.
 """
 
 from __future__ import annotations
@@ -92,6 +93,12 @@ def run_gateway(
     config.JupyterWebsocketPersonality.env_whitelist = [*ALLOWED_CLIENT_ENV, *allow_env]
     config.ZMQChannelsWebsocketConnection.limit_rate = False
     config.KernelRestarter.time_to_dead = 1.0
+    if os.name == "posix":
+        # Kernels on Unix sockets beside their connection files: with TCP, a
+        # port chosen free can be met by another process before the kernel
+        # binds it, and a ZMQ socket that failed its handshake there never
+        # reconnects (the kernel would start but never be heard).
+        config.KernelManager.transport = "ipc"
     print(f"kernelexec gateway: listening on http://{host}:{port or '<free port>'}", flush=True)
     KernelGatewayApp.launch_instance(argv=list(extra_argv), config=config)
     return 0

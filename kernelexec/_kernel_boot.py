@@ -5,7 +5,8 @@ installed), so it imports nothing but the standard library and ipykernel:
 
 - a watchdog thread: when the process that started the kernel is gone (even
   SIGKILLed), it kills the kernel's whole process group, children included;
-  ipykernel's own parent poller would only end the kernel itself;
+  ipykernel's own parent poller would only end the kernel itself; and it
+  removes the connection file (with the key) and the kernel's Unix sockets;
 - bounded stream messages: ipykernel sends whatever was printed in 0.2 s as
   one message, hundreds of MB under a flood; here each message carries at most
   CHUNK characters, so the client's memory stays bounded (split on the I/O
@@ -30,6 +31,8 @@ installed), so it imports nothing but the standard library and ipykernel:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import sys
@@ -40,14 +43,36 @@ NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"
 CHUNK = 256 * 1024
 
 
-def _watch_parent(parent_pid: int) -> None:
+def _watch_parent(parent_pid: int, connection_file: str | None) -> None:
     while True:
         time.sleep(0.2)
         if os.getppid() != parent_pid:
             try:
+                if connection_file:
+                    _forget_connection(connection_file)
                 os.killpg(0, signal.SIGKILL)
             finally:
                 os._exit(1)
+
+
+def _forget_connection(path: str) -> None:
+    # Their owner, which would have removed them, is gone: the connection file
+    # (it holds the kernel's key), the Unix sockets, and their dir if now empty.
+    try:
+        with open(path) as file:
+            info = json.load(file)
+        os.remove(path)
+        if info.get("transport") == "ipc":
+            for channel in ("shell", "iopub", "stdin", "control", "hb"):
+                with contextlib.suppress(OSError):
+                    os.remove(f"{info['ip']}-{info[f'{channel}_port']}")
+            os.rmdir(os.path.dirname(info["ip"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+
+
+def _connection_file(argv: list[str]) -> str | None:
+    return argv[argv.index("-f") + 1] if "-f" in argv[:-1] else None
 
 
 def _chunked_outstream() -> type:
@@ -112,7 +137,9 @@ def _guarded_app(base: type) -> type:
 
 
 def main() -> None:
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(
+        target=_watch_parent, args=(os.getppid(), _connection_file(sys.argv)), daemon=True
+    ).start()
     try:
         from ipykernel import kernelapp
     except ImportError:

@@ -171,8 +171,8 @@ class AsyncSession:
     def connection_info(self) -> dict[str, Any] | None:
         """How a second client reaches the running kernel over ZMQ, to debug it.
 
-        A local kernel's connection file contents (ports, key); None for a
-        backend without one, or before the kernel started.
+        A local kernel's connection file contents (its Unix sockets or ports,
+        and its key); None for a backend without one, or before the kernel started.
         """
         info = getattr(self._backend, "connection_info", None)
         result: dict[str, Any] | None = info() if callable(info) and self._kernel_up else None

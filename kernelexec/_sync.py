@@ -109,6 +109,11 @@ class Session:
     def closed(self) -> bool:
         return self._async.closed
 
+    @property
+    def connection_info(self) -> dict[str, Any] | None:
+        """See ``AsyncSession.connection_info``."""
+        return self._async.connection_info
+
     def start(self) -> Session:
         _call(self._async.start())
         _open.add(self._async)

@@ -28,6 +28,7 @@ for s in sessions:
     pids.append(s.execute(
         "import subprocess; subprocess.Popen(['sleep', '600']).pid").text.strip())
 print(" ".join(pids), flush=True)
+print(" ".join(os.path.dirname(s.connection_info["ip"]) for s in sessions), flush=True)
 sys.stdin.readline()  # the test has seen every process alive
 how = sys.argv[2]
 if how == "exception":
@@ -61,6 +62,8 @@ def test_no_kernel_outlives_its_owner(tmp_path: Path, how: str) -> None:
     line = owner.stdout.readline()
     pids = [int(p) for p in line.split()]
     assert len(pids) == 4, owner.stderr.read() if owner.stderr else line
+    sockets = [Path(d) for d in owner.stdout.readline().split()]
+    assert len(sockets) == 2 and all(d.is_dir() for d in sockets)
     assert not any(process_gone(p) for p in pids)
     assert owner.stdin is not None
     owner.stdin.write("end\n")
@@ -71,6 +74,9 @@ def test_no_kernel_outlives_its_owner(tmp_path: Path, how: str) -> None:
         owner.send_signal(signal.SIGKILL)
     owner.wait(timeout=60)
     assert wait_gone(pids) == []
+    # The kernels' Unix sockets (and, after SIGKILL, their connection files
+    # with the key) go with them.
+    assert [d for d in sockets if d.exists()] == []
 
 
 async def test_close_stops_the_kernel_and_its_children(tmp_path: Path) -> None:

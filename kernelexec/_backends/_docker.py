@@ -95,7 +95,6 @@ class DockerBackend(LocalBackend):
         self.volumes = tuple(volumes)
         self.gpus = gpus
         self.container: str | None = None
-        self._ipc_dir: Path | None = None
         self._waiter: asyncio.subprocess.Process | None = None
         self._ended: str | None = None
 
@@ -295,11 +294,6 @@ class DockerBackend(LocalBackend):
         return f"the kernel container exited during start-up ({self._ended or 'cause unknown'})" + (
             f"; it said:\n{logs}" if logs else ""
         )
-
-    def _remove_ipc_dir(self) -> None:
-        if self._ipc_dir is not None:
-            shutil.rmtree(self._ipc_dir, ignore_errors=True)
-            self._ipc_dir = None
 
 
 def owner_label() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,10 +118,12 @@ class LocalBackend:
         self._returncode: int | None = None
         self._cwd = Path.cwd()
         self._env: dict[str, str] = {}
+        self._ipc_dir: Path | None = None  # Unix sockets, when the kernel listens on them
 
     async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
-        # Ports are chosen free, then bound by the kernel: another process can
-        # take one in between. A kernel that lost that race is started again.
+        # Over TCP (other kernelspecs), ports are chosen free, then bound by the
+        # kernel: another process can take one in between. A kernel that lost
+        # that race is started again.
         for attempt in range(_PORT_ATTEMPTS):
             try:
                 await self._start_once(cwd, env)
@@ -141,12 +144,13 @@ class LocalBackend:
                 stdout=subprocess.DEVNULL,
                 stderr=self._stderr,
             )
-        except NoSuchKernel as exc:
-            raise KernelStartError(
-                f"no kernelspec named {self.kernel_name!r}; list them with "
-                "`jupyter kernelspec list`, or leave kernel_name at 'python3'"
-            ) from exc
-        except OSError as exc:
+        except (NoSuchKernel, OSError) as exc:
+            await self.shutdown()  # its stderr file and IPC dir
+            if isinstance(exc, NoSuchKernel):
+                raise KernelStartError(
+                    f"no kernelspec named {self.kernel_name!r}; list them with "
+                    "`jupyter kernelspec list`, or leave kernel_name at 'python3'"
+                ) from exc
             raise KernelStartError(f"could not launch the kernel: {exc}") from exc
         self._km = km
         self._pgid = getattr(km.provisioner, "pgid", None)
@@ -252,7 +256,20 @@ class LocalBackend:
             kernel_name="kernelexec-python",
             kernel_spec_manager=_BootSpecs(python),
             context=_context(),
+            **self._ipc_transport(),
         )
+
+    def _ipc_transport(self) -> dict[str, str]:
+        # TCP ports are chosen free by the client and bound later by the kernel,
+        # so on a busy machine a client socket could meet another process in
+        # that window. After a failed handshake (a SUB meeting some kernel's
+        # ROUTER) libzmq never reconnects: the kernel then starts fine but is
+        # never heard on IOPub. Unix sockets in a private dir (0700: only this
+        # user can connect) leave nothing to race for.
+        if os.name != "posix":
+            return {}
+        self._ipc_dir = Path(tempfile.mkdtemp(prefix="kernelexec-ipc-"))
+        return {"transport": "ipc", "ip": str(self._ipc_dir / "kernel")}
 
     def _send_execute(self, code: str, *, allow_stdin: bool, silent: bool) -> str:
         assert self._channels is not None, "start() first"
@@ -338,6 +355,12 @@ class LocalBackend:
             except (ProcessLookupError, PermissionError):
                 pass
             self._pgid = None
+        self._remove_ipc_dir()
+
+    def _remove_ipc_dir(self) -> None:
+        if self._ipc_dir is not None:
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
+            self._ipc_dir = None
 
 
 def _describe_exit(code: int | None) -> str | None:
