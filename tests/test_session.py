@@ -129,6 +129,18 @@ async def test_result_serializes_to_json_and_back(session: AsyncSession) -> None
     assert wire["error"]["ename"] == "ZeroDivisionError" and "text" in wire
 
 
+async def test_the_kernel_listens_on_unix_sockets_only_this_user_can_reach(
+    session: AsyncSession,
+) -> None:
+    # No TCP port to lose to another process between choosing it and binding it.
+    assert (await session.execute("1")).ok
+    info = session.connection_info
+    assert info is not None and info["transport"] == "ipc"
+    channels = ("shell", "iopub", "stdin", "control", "hb")
+    assert all(Path(f"{info['ip']}-{info[f'{c}_port']}").is_socket() for c in channels)
+    assert Path(info["ip"]).parent.stat().st_mode & 0o777 == 0o700
+
+
 async def test_work_dir_none_makes_a_kept_temp_dir() -> None:
     async with AsyncSession() as s:
         result = await s.execute("import os; print(os.getcwd())")
