@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ._environment import pool_size, preload, server_token
+from ._exceptions import ConfigurationError
 
 __all__ = ["add_command"]
 
@@ -27,7 +28,7 @@ def add_command(commands: Any) -> None:
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1; any other than loopback needs --token)",
     )
-    serve.add_argument("--port", type=int, default=8765, help="default 8765")
+    serve.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free one")
     serve.add_argument(
         "--token",
         default=server_token(),
@@ -106,14 +107,23 @@ def _serve(args: argparse.Namespace) -> int:
         pool_size=pool_size() if args.pool_size is None else args.pool_size,
         preload=preload() if args.preload is None else args.preload,
     )
-    print(
-        f"kernelexec: serving http://{_url_host(args.host)}:{args.port} (work root "
-        f"{config.work_root})",
-        flush=True,
-    )
-    if generated:
-        print(f"kernelexec: token {config.token}", flush=True)
-    serve(config, log_level=args.log_level)
+
+    def listening(port: int) -> None:
+        print(
+            f"kernelexec: serving http://{_url_host(args.host)}:{port} (work root "
+            f"{config.work_root})",
+            flush=True,
+        )
+        if generated:
+            print(f"kernelexec: token {config.token}", flush=True)
+
+    try:
+        serve(config, log_level=args.log_level, on_listening=listening)
+    except ConfigurationError as exc:
+        if args.work_root is None:
+            work_root.rmdir()  # made above, still empty
+        print(f"kernelexec: {exc}", file=sys.stderr)
+        return 2
     print("kernelexec: stopped; every kernel is shut down", flush=True)
     return 0
 

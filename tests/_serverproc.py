@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,14 +25,17 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``python -m kernelexec serve`` with these options, until ``stop()``."""
+    """``python -m kernelexec serve --port 0`` with these options, until ``stop()``.
+
+    The server binds a free port itself and prints it: a port chosen free here
+    could be taken by another process before the server bound it.
+    """
 
     def __init__(self, work_root: Path, *options: str, token: str = TOKEN) -> None:
         self.work_root = work_root
         self.token = token
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = work_root.parent / f"server-{self.port}.log"
+        work_root.parent.mkdir(parents=True, exist_ok=True)
+        self.log = work_root.parent / f"server-{work_root.name}.log"
         self._log_file = self.log.open("w")
         self.proc = subprocess.Popen(
             [
@@ -40,7 +44,7 @@ class ServerProcess:
                 "kernelexec",
                 "serve",
                 "--port",
-                str(self.port),
+                "0",
                 "--token",
                 token,
                 "--work-root",
@@ -50,6 +54,8 @@ class ServerProcess:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
         )
+        self.port = self._wait_listening()
+        self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(
             base_url=self.url,
             headers=self.auth,
@@ -61,6 +67,17 @@ class ServerProcess:
     @property
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
+
+    def _wait_listening(self) -> int:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = re.search(r"serving http://127\.0\.0\.1:(\d+)", self.log.read_text())
+            if found:
+                return int(found.group(1))
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited: {self.log.read_text()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"the server did not say where it listens: {self.log.read_text()}")
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 60

@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _serverproc import TOKEN, free_port
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
-TOKEN = "test-token-0123456789"
 EG_VENV = Path(
     os.environ.get("KERNELEXEC_TEST_EG_VENV")
     or Path.home() / ".cache" / "kernelexec-tests" / "enterprise-gateway"
@@ -50,12 +49,6 @@ def file_lock(name: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

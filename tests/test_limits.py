@@ -20,7 +20,7 @@ async def test_a_200_mb_flood_is_capped_spilled_and_bounded(session: AsyncSessio
     result = await session.execute(FLOOD_200_MB, timeout=300)
     grown = rss_mb() - before
     assert result.ok, result.message
-    assert grown < 100, f"our RSS grew {grown:.0f} MB"
+    assert grown < 50, f"our RSS grew {grown:.0f} MB"  # 20 MB here; 100+ without a receive limit
     assert len(result.text) <= Limits().max_text_chars + 500
     assert result.text.startswith("FIRST\n") and "LAST" in result.text[-300:]
     assert result.full_output is not None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from _serverproc import free_port
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
@@ -183,13 +184,6 @@ def test_confined_refuses_what_leads_out(tmp_path: Path) -> None:
     ):
         with pytest.raises(FileRefused):
             confined(tmp_path, path)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_streamable_http(tmp_path: Path) -> None:

@@ -121,9 +121,6 @@ def test_generated_token_is_printed_and_required(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from _serverproc import free_port
-
-    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -131,7 +128,7 @@ def test_generated_token_is_printed_and_required(tmp_path: Path) -> None:
             "kernelexec",
             "serve",
             "--port",
-            str(port),
+            "0",
             "--work-root",
             str(tmp_path),
         ],
@@ -141,9 +138,11 @@ def test_generated_token_is_printed_and_required(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(2)]
+        # --port 0: the server picks a free port and prints it.
+        url = lines[0].split("serving ", 1)[1].split()[0]
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(":0")
         token = lines[1].split("token ", 1)[1].strip()
         assert len(token) >= 32
-        url = f"http://127.0.0.1:{port}"
         assert wait_for(lambda: _up(url))
         assert httpx.get(f"{url}/sessions", trust_env=False).status_code == 401
         ok = httpx.get(
@@ -183,3 +182,22 @@ def test_non_loopback_host_without_token_is_refused(tmp_path: Path) -> None:
         env={"PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 2 and "--token" in proc.stderr
+
+
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "kernelexec", "serve", "--port", str(port), "--token", "t" * 16],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in proc.stderr
+    assert "choose another port" in proc.stderr and "Traceback" not in proc.stderr

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-import zmq
 import zmq.asyncio
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
@@ -29,9 +28,6 @@ __all__ = ["LocalBackend"]
 
 _BOOT_SCRIPT = Path(_kernel_boot.__file__).resolve()
 _CONTEXT: zmq.asyncio.Context | None = None
-# Messages our side may queue unread: with the boot script's stream messages of
-# at most 256 KB, 16 MB at most; beyond it they wait in the kernel's process.
-_RECEIVE_QUEUE = 64
 _LIVE: set[LocalBackend] = set()  # killed at interpreter exit if still running
 _PORT_TAKEN = "Address already in use"
 _PORT_ATTEMPTS = 3
@@ -60,7 +56,6 @@ def _context() -> zmq.asyncio.Context:
     global _CONTEXT
     if _CONTEXT is None:
         _CONTEXT = zmq.asyncio.Context()
-        _CONTEXT.setsockopt(zmq.RCVHWM, _RECEIVE_QUEUE)
     return _CONTEXT
 
 

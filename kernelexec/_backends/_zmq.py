@@ -30,6 +30,10 @@ __all__ = ["KernelSockets"]
 
 log = logging.getLogger("kernelexec")
 
+# Messages our side may queue unread per socket: with the boot script's stream
+# messages of at most 256 KB, 16 MB at most; beyond it they wait in the
+# kernel's process. (ZMQ's default, 1000, would let a flood fill 256 MB here.)
+_RECEIVE_QUEUE = 64
 # Plain ints: pyzmq's enum flags make every bitwise test a slow Python call.
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _DELIM = DELIM.encode() if isinstance(DELIM, str) else DELIM
@@ -56,6 +60,7 @@ class KernelSockets:
             # zmq.Socket, not context.socket(): a plain socket even in an asyncio context.
             sock: zmq.Socket[bytes] = zmq.Socket(context, kind)
             sock.linger = 1000
+            sock.rcvhwm = _RECEIVE_QUEUE  # a context's defaults reach only context.socket()
             if kind == zmq.SUB:
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
             else:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import socket
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
 
+from .._exceptions import ConfigurationError
 from ._app import create_app
 from ._config import ServerConfig
 from ._registry import Registry
@@ -50,8 +54,36 @@ def _ignore(signum: int, frame: FrameType | None) -> None:
     """Stands in for the default handlers, which uvicorn re-raises a caught signal to."""
 
 
-def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
-    """Serves until SIGTERM or SIGINT; returns once every kernel is shut down."""
+def serve(
+    config: ServerConfig,
+    *,
+    log_level: str = "warning",
+    on_listening: Callable[[int], None] | None = None,
+) -> None:
+    """Serves until SIGTERM or SIGINT; returns once every kernel is shut down.
+
+    Args:
+        config: the server's settings; port 0 picks a free port.
+        log_level: uvicorn's.
+        on_listening: called with the port once it is bound, before serving.
+
+    Raises:
+        ConfigurationError: the address cannot be bound (in use, or not this machine's).
+    """
+    # Bound here, not by uvicorn, so that port 0 can be reported: a port chosen
+    # free beforehand could be taken by another process before it is bound.
+    host = config.host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, config.port), family=family)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ConfigurationError(
+            f"cannot listen on {config.host}:{config.port}: {reason}; "
+            "choose another port (port 0 picks a free one)"
+        ) from exc
+    if on_listening is not None:
+        on_listening(sock.getsockname()[1])
     app = create_app(config)
     uv_config = uvicorn.Config(
         app,
@@ -65,7 +97,8 @@ def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
     server = _Server(uv_config, app.state.kexec.registry)
     previous = {sig: signal.signal(sig, _ignore) for sig in _SIGNALS}
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
