@@ -201,3 +201,26 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in proc.stderr
     assert "choose another port" in proc.stderr and "Traceback" not in proc.stderr
+
+
+async def test_the_listening_socket_gives_connections_without_nagle() -> None:
+    # asyncio turns on TCP_NODELAY only for sockets whose proto says TCP; a
+    # socket without it made every HTTP round trip wait ~40 ms for a delayed ACK.
+    import asyncio
+    import socket
+
+    from kernelexec._server._serve import _listen
+
+    accepted: asyncio.Queue[int] = asyncio.Queue()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        await accepted.put(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, sock=_listen("127.0.0.1", 0))
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(accepted.get(), 30) != 0
+        writer.close()
