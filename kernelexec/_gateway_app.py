@@ -94,10 +94,8 @@ def run_gateway(
     config.ZMQChannelsWebsocketConnection.limit_rate = False
     config.KernelRestarter.time_to_dead = 1.0
     if os.name == "posix":
-        # Kernels on Unix sockets beside their connection files: with TCP, a
-        # port chosen free can be met by another process before the kernel
-        # binds it, and a ZMQ socket that failed its handshake there never
-        # reconnects (the kernel would start but never be heard).
+        # Unix sockets beside the connection files, for LocalBackend's reason:
+        # no TCP port to lose to another process before the kernel binds it.
         config.KernelManager.transport = "ipc"
     print(f"kernelexec gateway: listening on http://{host}:{port or '<free port>'}", flush=True)
     KernelGatewayApp.launch_instance(argv=list(extra_argv), config=config)

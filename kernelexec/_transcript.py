@@ -100,18 +100,18 @@ class Transcript:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         written = self._written
-        try:
-            if written is None or not self._unchanged(written):
-                raise _WriteWhole
+        if written is not None and self._unchanged(written):
             new = ((",\n" if written.cells else "") + ",\n".join(pieces)).encode()
-            _extend(self.path, temp, written.prefix, new + self._tail())
-            cells, prefix = written.cells + len(pieces), written.prefix + len(new)
-        except _WriteWhole:
-            # The first write, or the file is not as this process left it.
-            pieces = [_dump(c) for c in self._read_cells()] + pieces
-            body = ('{\n "cells": [\n' + ",\n".join(pieces)).encode()
-            temp.write_bytes(body + self._tail())
-            cells, prefix = len(pieces), len(body)
+            if _extend(self.path, temp, written.prefix, new + self._tail()):
+                self._replace(temp, written.cells + len(pieces), written.prefix + len(new))
+                return
+        # The first write, or the file is not as this process left it.
+        pieces = [_dump(c) for c in self._read_cells()] + pieces
+        body = ('{\n "cells": [\n' + ",\n".join(pieces)).encode()
+        temp.write_bytes(body + self._tail())
+        self._replace(temp, len(pieces), len(body))
+
+    def _replace(self, temp: Path, cells: int, prefix: int) -> None:
         os.replace(temp, self.path)
         stat = self.path.stat()
         self._written = _Written(cells, prefix, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
@@ -190,36 +190,30 @@ def note_cell(
     }
 
 
-class _WriteWhole(Exception):
-    """The file cannot be extended; write the notebook whole."""
-
-
-def _extend(source: Path, target: Path, keep: int, more: bytes) -> None:
+def _extend(source: Path, target: Path, keep: int, more: bytes) -> bool:
     """Writes ``source``'s first ``keep`` bytes, then ``more``, to ``target``.
 
     The copy happens inside the OS, so it costs no Python time however large
-    the notebook.
+    the notebook. False when it cannot be done this way: no copy_file_range,
+    a file system that cannot copy ranges, a file shorter than ``keep``.
     """
     copy = getattr(os, "copy_file_range", None)
     if copy is None:
-        raise _WriteWhole
+        return False
     try:
-        _copy_then_write(copy, source, target, keep, more)
-    except OSError as exc:  # say, a file system that cannot copy ranges
-        raise _WriteWhole from exc
-
-
-def _copy_then_write(copy: Any, source: Path, target: Path, keep: int, more: bytes) -> None:
-    with source.open("rb", buffering=0) as src, target.open("wb", buffering=0) as dst:
-        copied = 0
-        while copied < keep:
-            step = copy(src.fileno(), dst.fileno(), keep - copied)
-            if step <= 0:
-                raise _WriteWhole  # the file is shorter than this process wrote it
-            copied += step
-        rest = memoryview(more)
-        while rest:
-            rest = rest[os.write(dst.fileno(), rest) :]
+        with source.open("rb", buffering=0) as src, target.open("wb", buffering=0) as dst:
+            copied = 0
+            while copied < keep:
+                step = copy(src.fileno(), dst.fileno(), keep - copied)
+                if step <= 0:
+                    return False  # the file is shorter than this process wrote it
+                copied += step
+            rest = memoryview(more)
+            while rest:
+                rest = rest[os.write(dst.fileno(), rest) :]
+    except OSError:
+        return False
+    return True
 
 
 def _dump(cell: dict[str, Any]) -> str:

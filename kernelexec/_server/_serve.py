@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 from collections.abc import Callable
@@ -75,9 +74,8 @@ def serve(
     try:
         sock = _listen(config.host.strip("[]"), config.port)
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise ConfigurationError(
-            f"cannot listen on {config.host}:{config.port}: {reason}; "
+            f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}; "
             "choose another port (port 0 picks a free one)"
         ) from exc
     if on_listening is not None:
