@@ -36,14 +36,16 @@ from .._docker_cli import docker, engine_problem
 from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
 from .._image import image_tag
-from ._local import _BOOT_SCRIPT, LocalBackend, _context, _describe_exit
+from .._kernel import BOOT_DIR
+from ._local import LocalBackend, _context, _describe_exit
 from ._zmq import KernelSockets
 
 __all__ = ["DockerBackend", "cleanup_containers", "owner_label"]
 
 LABEL = "kernelexec"
 OWNER_LABEL = "kernelexec.owner"
-_BOOT_IN_CONTAINER = "/opt/kernelexec/boot.py"
+_BOOT_DIR_IN_CONTAINER = "/opt/kernelexec"
+_BOOT_IN_CONTAINER = f"{_BOOT_DIR_IN_CONTAINER}/boot.py"
 _PYTHON_IN_CONTAINER = "/opt/venv/bin/python"
 _LIVE: set[DockerBackend] = set()  # removed at interpreter exit if still running
 
@@ -222,7 +224,7 @@ class DockerBackend(LocalBackend):
             "-v",
             f"{self._ipc_dir}:{self._ipc_dir}",
             "-v",
-            f"{_BOOT_SCRIPT}:{_BOOT_IN_CONTAINER}:ro",
+            f"{BOOT_DIR}:{_BOOT_DIR_IN_CONTAINER}:ro",
             "-w",
             "/workspace",
         ]

@@ -18,15 +18,14 @@ import zmq.asyncio
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
 
-from .. import _kernel_boot
 from .._exceptions import KernelStartError
+from .._kernel import BOOT_SCRIPT, NO_IPYKERNEL
 from ._base import KernelMessage
 from ._ready import await_kernel_info
 from ._zmq import KernelSockets
 
 __all__ = ["LocalBackend"]
 
-_BOOT_SCRIPT = Path(_kernel_boot.__file__).resolve()
 _CONTEXT: zmq.asyncio.Context | None = None
 _LIVE: set[LocalBackend] = set()  # killed at interpreter exit if still running
 _PORT_TAKEN = "Address already in use"
@@ -64,7 +63,7 @@ class _BootSpecs(KernelSpecManager):
 
     def __init__(self, python: str) -> None:
         super().__init__()
-        self._argv = [python, str(_BOOT_SCRIPT), "-f", "{connection_file}"]
+        self._argv = [python, str(BOOT_SCRIPT), "-f", "{connection_file}"]
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
         return KernelSpec(
@@ -328,7 +327,7 @@ class LocalBackend:
         )
 
     def _start_failure(self) -> str:
-        if self._returncode == _kernel_boot.NO_IPYKERNEL:
+        if self._returncode == NO_IPYKERNEL:
             python = self.python or sys.executable
             return (
                 f"{python} cannot import ipykernel; "

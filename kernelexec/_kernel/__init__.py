@@ -1,0 +1,18 @@
+"""Code that runs inside the kernel's own process, not in kernelexec's.
+
+``boot.py`` is run by path with whatever Python hosts the kernel (a venv's, a
+container's), which may not have kernelexec installed: these modules import
+only the standard library and ipykernel, and ``boot.py`` loads its siblings by
+path. Nothing here is imported by the rest of kernelexec except for the paths
+and constants below.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["BOOT_DIR", "BOOT_SCRIPT", "NO_IPYKERNEL"]
+
+BOOT_DIR = Path(__file__).resolve().parent
+BOOT_SCRIPT = BOOT_DIR / "boot.py"
+NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"; boot.py's too

@@ -1,0 +1,65 @@
+"""Starts an IPython kernel guarded and tuned for an agent's use.
+
+Run by path with whatever Python hosts the kernel (it may not have kernelexec
+installed), so it imports nothing but the standard library and ipykernel, and
+loads its sibling modules by path:
+
+- ``guard.py``: the watchdog that ties the kernel's process tree to its owner,
+  and the app tweaks (no parent poller, no IOPub high-water mark, no sleep);
+- ``streams.py``: bounded, quick stream messages.
+
+History is kept in memory: an agent's code (and the secrets in it) does not go
+into the user's ~/.ipython history database, and concurrent kernels do not
+contend for its lock; In, Out and %history work as usual.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from types import ModuleType
+
+NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load(name: str) -> ModuleType:
+    """A sibling module, imported by path under a name no user module has."""
+    qualified = f"kernelexec_kernel_{name}"
+    if qualified in sys.modules:
+        return sys.modules[qualified]
+    spec = importlib.util.spec_from_file_location(qualified, os.path.join(_HERE, f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[qualified] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _connection_file(argv: list[str]) -> str | None:
+    return argv[argv.index("-f") + 1] if "-f" in argv[:-1] else None
+
+
+def main() -> None:
+    guard = load("guard")
+    guard.start_watchdog(_connection_file(sys.argv))
+    try:
+        from ipykernel import kernelapp
+    except ImportError:
+        sys.stderr.write(
+            f"kernelexec: {sys.executable} cannot import ipykernel; "
+            f"install it with: {sys.executable} -m pip install ipykernel\n"
+        )
+        sys.exit(NO_IPYKERNEL)
+    streams = load("streams")
+    streams.ChunkedOutStream = streams.chunked_outstream()  # type: ignore[attr-defined]
+    sys.argv += [
+        f"--IPKernelApp.outstream_class={streams.__name__}.ChunkedOutStream",
+        "--HistoryManager.hist_file=:memory:",
+    ]
+    guard.guarded_app(kernelapp.IPKernelApp).launch_instance()
+
+
+if __name__ == "__main__":
+    main()
