@@ -218,11 +218,19 @@ class AsyncSession:
             if self._dead is not None:
                 return _kernel_down(self._dead, normalized or "python")
             self._seq += 1
-            if refused is not None or normalized is None:
-                assert refused is not None
-                self._record_refusal(refused, text, language)
-                return refused
-            return await self._execute(text, normalized, timeout or self.timeout, stdin, on_output)
+            try:
+                if refused is not None or normalized is None:
+                    assert refused is not None
+                    self._record_refusal(refused, text, language)
+                    return refused
+                return await self._execute(
+                    text, normalized, timeout or self.timeout, stdin, on_output
+                )
+            finally:
+                # The cell is in the file before its result is handed out: a
+                # crash right after a result loses nothing, and a caller may
+                # delete or copy the work dir as soon as it has the result.
+                await self._transcript.flush()
 
     async def run_markdown(self, text: str) -> list[ExecutionResult]:
         """Runs every fenced code block of a message in order, stopping after the first failure.
@@ -262,6 +270,7 @@ class AsyncSession:
             self._transcript.add(
                 note_cell(f"*kernelexec: kernel restarted on request; {_STATE_LOST}.*")
             )
+            await self._transcript.flush()
 
     async def flush(self) -> None:
         """Returns once the transcript file holds every execution so far."""
