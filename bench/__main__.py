@@ -1,5 +1,7 @@
 """``python -m bench [--quick] [--rounds N] [--only IMPL] [--scenarios S] [--skip-peers]``.
 
+``--executions N`` sets the fidelity scenario's length (``bench/fidelity.py``).
+
 Every (implementation, scenario) pair runs in a fresh process, one at a time,
 so the measurements do not share memory, caches or a CPU with each other.
 A full run goes through every pair in several rounds and pools each pair's
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import peers
+from . import fidelity, peers
 from .worker import FLOOD_LINES
 
 HERE = Path(__file__).parent
@@ -75,7 +77,8 @@ def _if_delivered(
 ALL = ("raw", "kernelexec", "kernelexec-pooled", "autogen", "ag2")
 REMOTE = ("kernelexec-http", "kernelexec-gateway", "kernelexec-docker")
 ROWS = [
-    Row("session ready (create -> 1+1) p50", "ready", ALL, _p(0.5), "ms", full_n=10, quick_n=3),
+    Row("session ready (create -> 1+1) p50", "ready", ALL, _p(0.5), "ms", full_n=20, quick_n=3),
+    Row("session ready (create -> 1+1) p99", "ready", ALL, _p(0.99), "ms", full_n=20, quick_n=3),
     Row("round trip x+1 p50", "roundtrip", ALL + REMOTE, _p(0.5), "ms", full_n=300, quick_n=50),
     Row("round trip x+1 p99", "roundtrip", ALL + REMOTE, _p(0.99), "ms", full_n=300, quick_n=50),
     Row("10 MB printed: time", "flood", ALL, _if_delivered(_median_s), "s", full_n=3, quick_n=1),
@@ -136,6 +139,16 @@ ROWS = [
         full_n=1,
         quick_n=1,
     ),
+    # bench/fidelity.py: n executions over 4 sessions next to 2 CPU burners.
+    Row(
+        "outputs not exactly as written (fidelity)",
+        "fidelity",
+        ("raw", "kernelexec"),
+        fidelity.table_value,
+        "",
+        full_n=20_000,
+        quick_n=2_000,
+    ),
 ]
 
 
@@ -158,12 +171,13 @@ def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
     except (KeyError, OSError, subprocess.CalledProcessError) as exc:
         return f"no environment: {exc!r}"[:120]
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    script = "fidelity.py" if scenario == "fidelity" else "worker.py"
     try:
         proc = subprocess.run(
-            [python, str(HERE / "worker.py"), impl, scenario, str(n)],
+            [python, str(HERE / script), impl, scenario, str(n)],
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=900 + (n // 10 if scenario == "fidelity" else 0),
             env=env,
         )
     except subprocess.TimeoutExpired:
@@ -190,6 +204,9 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, help="passes over every pair, samples pooled (default 3, quick 1)"
     )
+    parser.add_argument(
+        "--executions", type=int, help="fidelity: executions in all (default 20,000, quick 2,000)"
+    )
     args = parser.parse_args()
     rounds = max(1, args.rounds or (1 if args.quick else 3))
     wanted = set(args.only or ALL + REMOTE) | {BASELINE}
@@ -202,6 +219,8 @@ def main() -> int:
         for impl in row.impls:
             if impl in wanted:
                 n = row.quick_n if args.quick else row.full_n
+                if row.scenario == "fidelity" and args.executions:
+                    n = args.executions
                 pairs[(impl, row.scenario)] = -(-n // rounds) if row.samples_n else n
     outcomes: dict[tuple[str, str], list[dict[str, Any] | str]] = {key: [] for key in pairs}
     for round_ in range(1, rounds + 1):

@@ -85,36 +85,40 @@ class _Service:
 
     @classmethod
     def ensure(cls, *command: str) -> str:
-        if cls.proc is None:
-            import socket
-            import subprocess
-            import urllib.request
+        if cls.proc is not None:
+            return cls.url
+        import subprocess
 
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
+        argv = [sys.executable, "-m", "kernelexec", *command, "--token", cls.token]
+        if command[0] == "serve":
+            # It binds a free port itself and prints its URL once it listens: no
+            # port chosen here that another process could take first.
             cls.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "kernelexec",
-                    *command,
-                    "--port",
-                    str(port),
-                    "--token",
-                    cls.token,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                [*argv, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
             )
-            cls.url = f"http://127.0.0.1:{port}"
-            probe = "/health" if command[0] == "serve" else "/api"
-            for _ in range(600):
-                try:
-                    urllib.request.urlopen(cls.url + probe, timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.1)
+            line = cls.proc.stdout.readline()  # "kernelexec: serving http://127.0.0.1:PORT (...)"
+            if "serving" not in line:
+                raise SystemExit(f"kernelexec serve did not start (exit status {cls.proc.wait()})")
+            cls.url = line.split()[2]
+            return cls.url
+        # The gateway does not say which port 0 gave it: a free port is chosen
+        # here, and the gateway is asked until it answers.
+        import socket
+        import urllib.request
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        cls.proc = subprocess.Popen(
+            [*argv, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        cls.url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(cls.url + "/api", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
         return cls.url
 
     @classmethod
@@ -122,6 +126,8 @@ class _Service:
         if cls.proc is not None:
             cls.proc.terminate()
             cls.proc.wait(60)
+            if cls.proc.stdout is not None:
+                cls.proc.stdout.close()
             cls.proc = None
 
 

@@ -5,6 +5,9 @@ with kernelexec.Session() as session:
     print(session.execute("x = 41").text, session.execute("x + 1").text)
 """
 
+# First, before the slow imports: it stars out a --token given on the command
+# line in /proc/<pid>/cmdline, which everyone can read (see _secrecy).
+from . import _secrecy  # noqa: F401  (isort: keep first)
 from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend
 from ._client import AsyncClient, AsyncRemoteSession, Client, RemoteSession
 from ._exceptions import (

@@ -7,6 +7,8 @@ import binascii
 from pathlib import Path
 from typing import Any
 
+from . import _workdir
+
 __all__ = ["OUTPUT_DIR", "SAVED_MIMETYPES", "Saved", "save_rich_outputs"]
 
 OUTPUT_DIR = "outputs"
@@ -32,8 +34,11 @@ def save_rich_outputs(
     """Writes each saved mimetype of each output to ``outputs/{stem}-{k}.{ext}``.
 
     ``k`` counts the outputs that saved something, from 1. A payload that cannot
-    be decoded is skipped and reported in the returned problems, so a malformed
-    bundle never costs the rest of the result.
+    be decoded, or a file that cannot be written, is skipped and reported in
+    the returned problems, so a malformed bundle never costs the rest of the
+    result. Files are written through ``_workdir``, so no link the kernel
+    planted is followed; what it put in a file's way is moved aside, and the
+    problems say so.
     """
     saved: Saved = {}
     problems: list[str] = []
@@ -53,9 +58,12 @@ def save_rich_outputs(
             except (TypeError, ValueError, binascii.Error) as exc:
                 problems.append(f"{mimetype} output {k} was not saved: {exc}")
                 continue
-            path = work_dir / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(payload)
+            try:
+                note = _workdir.write(work_dir, relative, payload)
+            except OSError as exc:
+                problems.append(f"{mimetype} output {k} was not saved to {relative}: {exc}")
+                continue
+            problems.extend([note] if note else [])
             saved.setdefault(index, []).append((mimetype, relative))
     return saved, problems
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _workdir
 from ._artifacts import OUTPUT_DIR, save_rich_outputs
 from ._models import ExecutionError, ExecutionResult, Limits, Status
 from ._reducer import Folded
@@ -43,7 +44,7 @@ def assemble(
 ) -> Assembly:
     """Saves the rich outputs as files and renders the concise text."""
     saved, problems = save_rich_outputs(folded.outputs, work_dir, stem)
-    notes = list(notes) + problems
+    notes = list(notes) + problems + folded.notes
     full_output = full_output_path(stem) if spilled else None
     if folded.cut_chars:
         where = f"; all of it is in {full_output}" if full_output else ""
@@ -64,9 +65,10 @@ def assemble(
         text += f"[kernelexec] {message}\n"
     if len(text) > limits.max_text_chars:
         if full_output is None:
-            full_output = full_output_path(stem)
-            (work_dir / full_output).parent.mkdir(parents=True, exist_ok=True)
-            (work_dir / full_output).write_text(text, encoding="utf-8", errors="surrogatepass")
+            full_output, note = _save_text(work_dir, full_output_path(stem), text)
+            if note:
+                message = f"{message} {note}" if message else note
+                text += f"[kernelexec] {note}\n"
         text = cap_text(text, limits.max_text_chars, full_output, already_cut=folded.cut_chars)
     result = ExecutionResult(
         status=status,
@@ -75,7 +77,7 @@ def assemble(
         stderr=folded.stderr,
         outputs=folded.outputs,
         error=error,
-        files=[path for paths in saved.values() for _, path in paths],
+        files=[path for paths in saved.values() for _, path in paths] + folded.saved_files,
         duration=round(duration, 6),
         text=text,
         restarted=restarted,
@@ -84,6 +86,15 @@ def assemble(
         language=language,
     )
     return Assembly(result=result, outputs=folded.outputs)
+
+
+def _save_text(work_dir: Path, relative: str, text: str) -> tuple[str | None, str | None]:
+    """Writes the whole text beside the cut one: where it went, and a note if need be."""
+    try:
+        note = _workdir.write(work_dir, relative, text.encode("utf-8", "surrogatepass"))
+    except OSError as exc:
+        return None, f"The full text could not be saved to {relative}: {exc}."
+    return relative, note
 
 
 def refusal(ename: str, evalue: str, *, language: str) -> ExecutionResult:

@@ -12,12 +12,24 @@ from pathlib import Path
 from . import _cli_attach, _cli_backends, _cli_mcp, _cli_replay, _cli_serve
 from ._exceptions import KernelexecError
 from ._models import ExecutionResult
+from ._secrecy import drop_capabilities, protect_process
 from ._session import AsyncSession
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs a ``kernelexec`` command; ``argv`` defaults to this process's arguments.
+
+    Run as the process's own command (``argv`` None), it first keeps its
+    secrets from the kernels it will start: its ``--token`` hidden from
+    /proc/<pid>/cmdline, the process non-dumpable, and the capabilities that
+    would read it anyway dropped for good (see ``_secrecy``). Called with
+    ``argv`` from another program, that program's process is left as it is.
+    """
+    if argv is None:
+        drop_capabilities()
+        protect_process()
     parser = _parser()
     args = parser.parse_args(argv)
     try:

@@ -1,21 +1,33 @@
-"""``kernelexec attach``: a terminal on the very kernel an agent's session is using."""
+"""``kernelexec attach``: a terminal on the very kernel an agent's session is using.
+
+The console talks to a stand-in kernel in this process, which passes every
+message through the server's channels WebSocket (``_client/_console.py``):
+the console never holds the kernel's key, and the server refuses its
+``shutdown_request``. With ``exit`` (which kernelexec's kernels survive) the
+console leaves and the agent's kernel runs on.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shlex
 import shutil
+import signal
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 from jupyter_core.paths import jupyter_runtime_dir
 
+from ._client._console import channels_url, run_bridged
 from ._environment import server_token
+from ._exceptions import ServerError
 
 __all__ = ["add_command"]
 
@@ -25,14 +37,18 @@ def add_command(commands: Any) -> None:
         "attach",
         help="open jupyter console on a session's kernel",
         description="Opens `jupyter console` on the kernel of a session of a running "
-        "`kernelexec serve`, to inspect and debug what the agent is doing. What you run "
-        "there is not recorded in the agent's transcript.",
+        "`kernelexec serve`, through the server, to inspect and debug what the agent is "
+        "doing. What you run there is not recorded in the agent's transcript, and `exit` "
+        "leaves the agent's kernel running.",
     )
     attach.add_argument("session", help="the session id (GET /sessions lists them)")
     attach.add_argument("--url", default="http://127.0.0.1:8765", help="the server's URL")
     attach.add_argument("--token", help="the server's token (default: $KERNELEXEC_TOKEN)")
     attach.add_argument(
-        "--print", action="store_true", help="print the jupyter console command, don't run it"
+        "--print",
+        action="store_true",
+        help="print the jupyter console command (to run elsewhere) instead of running it, "
+        "and keep the way to the kernel open until Ctrl-C",
     )
     attach.add_argument(
         "--lab",
@@ -56,32 +72,76 @@ def _attach(args: argparse.Namespace) -> int:
         return 2
     if args.lab:
         return _attach_lab(args)
-    url = f"{args.url.rstrip('/')}/sessions/{args.session}/connection"
-    try:
-        response = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, trust_env=False)
-    except httpx.HTTPError as exc:
-        print(f"kernelexec: cannot reach {args.url}: {exc}", file=sys.stderr)
-        return 2
-    if response.status_code != 200:
-        try:
-            message = response.json().get("message", response.text)
-        except ValueError:
-            message = response.text
-        print(f"kernelexec: {message}", file=sys.stderr)
-        return 2
-    path = _write_connection_file(args.session, response.json())
-    command = ["jupyter", "console", "--existing", str(path)]
-    if args.print:
-        print(shlex.join(command))
-        return 0
-    if shutil.which("jupyter-console") is None:
+    if not args.print and shutil.which("jupyter-console") is None:
         print(
-            f"kernelexec: jupyter console is not installed (pip install jupyter-console); "
-            f"then run: {shlex.join(command)}",
+            "kernelexec: jupyter console is not installed (pip install jupyter-console)",
             file=sys.stderr,
         )
         return 2
-    os.execvp(command[0], command)
+    refusal = _check_session(args.url, args.session, token)
+    if refusal is not None:
+        print(f"kernelexec: {refusal}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run_bridged(channels_url(args.url, args.session), token, _console(args)))
+    except ServerError as exc:
+        print(f"kernelexec: {exc}", file=sys.stderr)
+        return 2
+
+
+def _check_session(url: str, session: str, token: str) -> str | None:
+    """Why the server will not let a console on the session's kernel, or None."""
+    try:
+        response = httpx.get(
+            f"{url.rstrip('/')}/api/kernels/{session}",
+            headers={"Authorization": f"Bearer {token}"},
+            trust_env=False,
+            timeout=30,
+        )
+    except httpx.HTTPError as exc:
+        return f"cannot reach {url}: {exc}"
+    if response.status_code == 200:
+        return None
+    try:
+        message = str(response.json().get("message", response.text))
+    except (ValueError, AttributeError):
+        message = response.text[:300]
+    return message
+
+
+def _console(args: argparse.Namespace) -> Callable[[dict[str, Any]], Awaitable[int]]:
+    """What runs while the bridge is up: jupyter console, or (--print) waiting for Ctrl-C."""
+
+    async def use(info: dict[str, Any]) -> int:
+        path = _write_connection_file(args.session, info)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        try:
+            if args.print:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, stop.set)
+                print(shlex.join(["jupyter", "console", "--existing", str(path)]), flush=True)
+                await stop.wait()
+                return 0
+            console = shutil.which("jupyter-console") or "jupyter-console"
+            command = [console, "--existing", str(path)]
+            if not sys.stdin.isatty():
+                command.append("--simple-prompt")  # prompt_toolkit needs a terminal
+            process = await asyncio.create_subprocess_exec(*command)
+            # Ctrl-C is the console's (it interrupts the kernel); SIGTERM ends both.
+            loop.add_signal_handler(signal.SIGINT, lambda: None)
+            loop.add_signal_handler(signal.SIGTERM, process.terminate)
+            try:
+                return await process.wait()
+            except asyncio.CancelledError:
+                print("\nkernelexec: the server closed the connection", file=sys.stderr)
+                process.terminate()
+                await process.wait()
+                raise
+        finally:
+            path.unlink(missing_ok=True)
+
+    return use
 
 
 def _attach_lab(args: argparse.Namespace) -> int:
@@ -116,7 +176,7 @@ def _attach_lab(args: argparse.Namespace) -> int:
 
 
 def _write_connection_file(session: str, info: dict[str, Any]) -> Path:
-    # The file holds the kernel's signing key: readable by its owner only.
+    # The file holds the bridge's signing key: readable by its owner only.
     runtime = Path(jupyter_runtime_dir())
     runtime.mkdir(parents=True, exist_ok=True)
     path = runtime / f"kernelexec-{session[:32]}.json"

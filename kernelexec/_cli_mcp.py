@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ._environment import server_token
+
 __all__ = ["add_commands"]
 
 
@@ -25,9 +27,18 @@ def add_commands(commands: Any) -> None:
     mcp.add_argument(
         "--http",
         action="store_true",
-        help="serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio",
+        help="serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio; every "
+        "request needs 'Authorization: Bearer <token>'",
     )
-    mcp.add_argument("--port", type=int, default=8766, help="with --http (default 8766)")
+    mcp.add_argument(
+        "--port", type=int, default=8766, help="with --http (default 8766; 0 picks a free one)"
+    )
+    mcp.add_argument(
+        "--token",
+        default=server_token(),
+        help="with --http: the bearer token clients must send (default: $KERNELEXEC_TOKEN, "
+        "else a new one, printed)",
+    )
     mcp.add_argument(
         "--work-root",
         type=Path,
@@ -45,6 +56,12 @@ def add_commands(commands: Any) -> None:
     )
     mcp.add_argument("--max-sessions", type=int, default=8, help="sessions at once (default 8)")
     mcp.add_argument("--kernel-name", default="python3", help="kernelspec (default python3)")
+    mcp.add_argument(
+        "--max-file-mb",
+        type=float,
+        default=32.0,
+        help="the largest file a client may read whole, as a resource (default 32 MB)",
+    )
     mcp.set_defaults(handler=_mcp)
 
 
@@ -57,9 +74,15 @@ def _mcp(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if not args.timeout > 0 or not args.max_timeout > 0 or args.max_sessions < 1:
+    if (
+        not args.timeout > 0
+        or not args.max_timeout > 0
+        or args.max_sessions < 1
+        or not args.max_file_mb > 0
+    ):
         print(
-            "kernelexec: --timeout, --max-timeout and --max-sessions must be positive",
+            "kernelexec: --timeout, --max-timeout, --max-sessions and --max-file-mb must be "
+            "positive",
             file=sys.stderr,
         )
         return 2
@@ -70,15 +93,36 @@ def _mcp(args: argparse.Namespace) -> int:
         max_timeout=args.max_timeout,
         max_sessions=args.max_sessions,
         kernel_name=args.kernel_name,
+        max_file_bytes=int(args.max_file_mb * 1024 * 1024),
     )
     server = build_server(config)
     # stdout is the protocol's under stdio: everything for people goes to stderr.
     print(f"kernelexec mcp: work root {config.work_root}", file=sys.stderr, flush=True)
-    if args.http:
-        print(
-            f"kernelexec mcp: serving http://127.0.0.1:{args.port}/mcp", file=sys.stderr, flush=True
-        )
-        server.run("streamable-http", host="127.0.0.1", port=args.port)
-    else:
+    if not args.http:
         server.run("stdio")
+        return 0
+    return _serve_http(server, args)
+
+
+def _serve_http(server: Any, args: argparse.Namespace) -> int:
+    from ._exceptions import ConfigurationError
+    from ._mcp._http import PATH, serve_http
+    from ._server import generate_token
+
+    token = args.token or generate_token()
+
+    def listening(port: int) -> None:
+        print(f"kernelexec mcp: serving http://127.0.0.1:{port}{PATH}", file=sys.stderr, flush=True)
+        if not args.token:
+            print(
+                f"kernelexec mcp: token {token} (clients send 'Authorization: Bearer <token>')",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        serve_http(server, token=token, port=args.port, on_listening=listening)
+    except ConfigurationError as exc:
+        print(f"kernelexec: {exc}", file=sys.stderr)
+        return 2
     return 0

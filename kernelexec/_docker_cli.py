@@ -7,8 +7,10 @@ with, it honours their DOCKER_HOST and contexts, and it costs no dependency.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ._exceptions import KernelStartError
@@ -29,7 +31,12 @@ class DockerReply:
         return self.code == 0
 
 
-async def docker(*args: str, timeout: float = 120.0, show: bool = False) -> DockerReply:
+async def docker(
+    *args: str,
+    timeout: float = 120.0,
+    show: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> DockerReply:
     """Runs ``docker ARGS`` and returns its exit code and output.
 
     Args:
@@ -37,6 +44,8 @@ async def docker(*args: str, timeout: float = 120.0, show: bool = False) -> Dock
         timeout: seconds it may take.
         show: pass its output through to this process's stderr as it comes,
             rather than capture it (for long builds).
+        env: variables added to the docker command's environment: values for
+            ``-e NAME`` options, which stay out of its world-readable command line.
 
     Raises:
         KernelStartError: there is no docker command, or it did not finish in time.
@@ -53,6 +62,7 @@ async def docker(*args: str, timeout: float = 120.0, show: bool = False) -> Dock
         stdin=asyncio.subprocess.DEVNULL,
         stdout=sys.stderr.fileno() if show else asyncio.subprocess.PIPE,
         stderr=None if show else asyncio.subprocess.PIPE,
+        env={**os.environ, **env} if env else None,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)

@@ -8,7 +8,15 @@ from collections.abc import Mapping
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["kernel_env", "pool_size", "preload", "remote_env", "server_token"]
+__all__ = [
+    "keep_dumpable",
+    "kernel_env",
+    "looks_secret",
+    "pool_size",
+    "preload",
+    "remote_env",
+    "server_token",
+]
 
 # Names that carry credentials by convention. A kernel runs code an LLM wrote,
 # so it gets none of them unless the caller passes them in ``env`` on purpose.
@@ -20,7 +28,9 @@ _SECRET_NAME = re.compile(
 _KERNEL_DEFAULTS = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
 # Set by pytest for its own process: ipykernel that sees it stops capturing what
 # subprocesses print, so an agent tested under pytest would lose that output.
-_NOT_INHERITED = {"PYTEST_CURRENT_TEST"}
+# MPLBACKEND (Agg on many headless machines) would stop ipykernel from choosing
+# its inline backend, and every figure would vanish; a caller's env= still sets it.
+_NOT_INHERITED = {"PYTEST_CURRENT_TEST", "MPLBACKEND"}
 
 
 def kernel_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -35,6 +45,11 @@ def kernel_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def looks_secret(name: str) -> bool:
+    """Whether a variable or option named ``name`` carries a credential by convention."""
+    return bool(_SECRET_NAME.search(name))
+
+
 def remote_env(env: Mapping[str, str]) -> dict[str, str]:
     """What of a kernel env to send to a kernel that runs elsewhere.
 
@@ -42,12 +57,26 @@ def remote_env(env: Mapping[str, str]) -> dict[str, str]:
     variables: on a gateway or in a container this machine's PATH or HOME
     would be wrong.
     """
-    return {k: v for k, v in env.items() if k in _KERNEL_DEFAULTS or os.environ.get(k) != v}
+    # A name never inherited is in ``env`` only because the caller passed it.
+    return {
+        k: v
+        for k, v in env.items()
+        if k in _KERNEL_DEFAULTS or k in _NOT_INHERITED or os.environ.get(k) != v
+    }
 
 
 def server_token() -> str | None:
     """The server token a command was given through ``KERNELEXEC_TOKEN``, if any."""
     return os.environ.get("KERNELEXEC_TOKEN") or None
+
+
+def keep_dumpable() -> bool:
+    """``KERNELEXEC_DUMPABLE=1``: this process stays readable to its own uid.
+
+    For debugging (gdb, py-spy, core dumps without root); kernels can then read
+    this process's environment and memory.
+    """
+    return os.environ.get("KERNELEXEC_DUMPABLE", "").strip().lower() in ("1", "true", "yes")
 
 
 def pool_size() -> int:

@@ -9,7 +9,9 @@ Stock Kernel Gateway, configured and lightly patched in this process:
   limit would silently drop the output an agent needs to see;
 - kernels never see the gateway's secrets: credential-like variables are
   removed from this process's environment before the gateway starts, and
-  kernels get the rest plus the client's allowed names;
+  kernels get the rest plus the client's allowed names; nor can they read
+  them out of this process (non-dumpable, ``--token`` hidden from its command
+  line, no capability that reads past that: see ``_secrecy``);
 - a client's ``KERNEL_WORKING_DIR`` becomes the kernel's cwd when that
   directory exists (GatewayBackend sends its session's work dir on loopback);
 - the gateway notices a dead kernel within a second, not three;
@@ -24,6 +26,7 @@ import sys
 from typing import Any
 
 from ._environment import kernel_env
+from ._secrecy import drop_capabilities, protect_process
 
 __all__ = ["ALLOWED_CLIENT_ENV", "run_gateway"]
 
@@ -71,6 +74,12 @@ def run_gateway(
     from kernel_gateway.gatewayapp import KernelGatewayApp
     from traitlets.config import Config
 
+    # The kernels are stock ipykernel: nothing of kernelexec's runs in them, so
+    # this process keeps its secrets itself (see _secrecy): non-dumpable, its
+    # --token starred out of /proc/<pid>/cmdline, and the capabilities that
+    # would read it anyway dropped from the bounding set the kernels inherit.
+    drop_capabilities()
+    protect_process()
     if not token:
         token = secrets.token_urlsafe(24)
         print(f"kernelexec gateway: generated token: {token}", flush=True)

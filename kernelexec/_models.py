@@ -85,6 +85,14 @@ class ExecutionResult:
 class Limits:
     """Caps that keep one execution from swamping the caller or our memory.
 
+    Byte caps count UTF-8 bytes (JSON escapes may add to them on the wire).
+    Kernels that kernelexec boots (the default kernel, local or in Docker)
+    apply them before an output leaves the kernel, and save the whole of a
+    cut output to ``outputs/in<N>-<kind>.<ext>``; for other kernels (a
+    gateway's, other kernelspecs) kernelexec applies them as each message
+    arrives, and the whole goes to ``outputs/NNNN-output.txt`` (such a
+    message is in memory once, briefly, whatever its size).
+
     Attributes:
         max_text_chars: ``text`` beyond this keeps its head and tail and names
             a file holding everything.
@@ -92,12 +100,27 @@ class Limits:
             beyond it, head and tail are kept and the rest goes to a file.
         max_outputs: rich outputs (displays, results) kept per execution.
         max_code_chars: longer code is refused rather than sent to the kernel.
+        max_output_bytes: one output's text: each mimetype of a display or
+            result, an error's message and traceback together. Beyond it, head
+            and tail are kept around a marker naming the file with all of it;
+            structured data (JSON) and metadata beyond it are left out and
+            saved to a file.
+        max_image_bytes: one image or PDF (as base64); a bigger one is left
+            out of the output and saved as a file.
+        max_result_bytes: the rich outputs of one execution together, as its
+            result and transcript cell hold them; outputs beyond it are left
+            out (and written to ``outputs/NNNN-output.txt``). ``to_dict()``
+            adds the stream copies (``stdout``, ``stderr``), ``text`` and
+            ``error`` to it.
     """
 
     max_text_chars: int = 20_000
     max_stream_chars: int = 200_000
     max_outputs: int = 500
     max_code_chars: int = 16_000_000
+    max_output_bytes: int = 1_000_000
+    max_image_bytes: int = 10_000_000
+    max_result_bytes: int = 20_000_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -105,3 +128,21 @@ class Limits:
                 raise ValueError(f"Limits.{f.name} must be at least 1000")
         if self.max_outputs < 1:
             raise ValueError("Limits.max_outputs must be at least 1")
+        if self.max_result_bytes < self.max_output_bytes:
+            raise ValueError("Limits.max_result_bytes must be at least Limits.max_output_bytes")
+
+    def kernel_env(self) -> dict[str, str]:
+        """The byte caps a kernel kernelexec boots reads from its environment.
+
+        Only those that differ from the defaults (which the kernel knows), so a
+        session with default limits can take a kernel from a default pool.
+        """
+        default = Limits()
+        return {
+            f"KERNELEXEC_{name.upper()}": str(getattr(self, name))
+            for name in _KERNEL_CAPS
+            if getattr(self, name) != getattr(default, name)
+        }
+
+
+_KERNEL_CAPS = ("max_output_bytes", "max_image_bytes", "max_result_bytes")

@@ -7,19 +7,37 @@ done. Recorded messages are enough to test it.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ._ansi import strip_ansi
+from ._kernel.caps import Capper, Caps, Cut
 from ._models import ExecutionError, Limits
 
-__all__ = ["ExecutionReducer", "Folded", "OutputListener", "live_output", "notebook_output"]
+__all__ = [
+    "ExecutionReducer",
+    "Folded",
+    "OutputListener",
+    "cut_records",
+    "live_output",
+    "notebook_output",
+]
 
 Message = dict[str, Any]
 OutputListener = Callable[[dict[str, Any]], None]
 """Called with each output as it happens (see ``live_output``)."""
+Record = dict[str, Any]
+"""One output part cut to the byte caps (see ``kernelexec._kernel.caps``)."""
+
+# The files our kernel names (outputs/in<N>-<kind>.<ext>): one name in outputs/.
+_KERNEL_FILE = re.compile(r"outputs/[A-Za-z0-9][A-Za-z0-9._+-]{0,150}")
+_NOTED_CUTS = 5  # cuts described one by one in the result's message
+_KEPT_CUTS = 1_000  # cuts listed (their files in the result's files); the rest counted
 
 
 @dataclass(frozen=True)
@@ -34,6 +52,9 @@ class Folded:
     cut_chars: int
     dropped_outputs: int
     bad_messages: int
+    left_out: int = 0  # outputs past max_result_bytes
+    saved_files: list[str] = field(default_factory=list)  # the whole of cut outputs
+    notes: list[str] = field(default_factory=list)  # what the cuts were, for the message
 
 
 class ExecutionReducer:
@@ -46,14 +67,27 @@ class ExecutionReducer:
     streams outgrow ``limits.max_text_chars`` every chunk is also written to
     the sink that ``spill`` opens, so nothing printed is lost.
 
+    Displays, results and errors are cut to the byte caps as they arrive
+    (``max_output_bytes``, ``max_image_bytes``), the same way our kernel cuts
+    them before sending, so a kernel we did not boot gets the same result; the
+    whole of a cut part, and any output past ``max_outputs`` or
+    ``max_result_bytes``, goes to the spill sink too. A cut message's content
+    is replaced in place, so a live listener fed the same message sees it cut.
+
     Args:
         msg_id: the ``execute_request``'s id; other messages are ignored.
         limits: the caps to apply.
         spill: opens the sink for the complete stream output; None keeps none.
+        spill_name: how results name that sink (its path in the work dir).
     """
 
     def __init__(
-        self, msg_id: str, *, limits: Limits, spill: Callable[[], TextIO] | None = None
+        self,
+        msg_id: str,
+        *,
+        limits: Limits,
+        spill: Callable[[], TextIO] | None = None,
+        spill_name: str | None = None,
     ) -> None:
         self.msg_id = msg_id
         self.idle = False
@@ -72,7 +106,16 @@ class ExecutionReducer:
         self._tail: deque[list[str]] = deque()  # [name, text] after the head
         self._tail_chars = 0
         self._spill_opener = spill
+        self._spill_name = spill_name
         self._spill: TextIO | None = None
+        self._capper = Capper(
+            Caps(limits.max_output_bytes, limits.max_image_bytes, limits.max_result_bytes)
+        )
+        self._cuts: list[Record] = []
+        self._more_cuts = 0  # past _KEPT_CUTS
+        self._rich_bytes = 0  # what the kept rich outputs take
+        self._sizes: dict[int, int] = {}  # output index -> its bytes
+        self._left_out = 0
         self._handlers: dict[str, Callable[[Message], None]] = {
             "status": self._on_status,
             "execute_input": self._on_execute_input,
@@ -124,6 +167,7 @@ class ExecutionReducer:
                 outputs.append(_stream_output(first, f"\n[... {cut:,} characters cut ...]\n"))
             for name, text in self._tail:
                 _append_stream(outputs, name, text)
+        cuts = _unique(self._cuts)
         return Folded(
             outputs=outputs,
             stdout=_join_stream(outputs, "stdout"),
@@ -133,6 +177,13 @@ class ExecutionReducer:
             cut_chars=cut,
             dropped_outputs=self._dropped,
             bad_messages=self._bad,
+            left_out=self._left_out,
+            saved_files=list(
+                dict.fromkeys(
+                    r["path"] for r in cuts if r["path"] and r["path"] != self._spill_name
+                )
+            ),
+            notes=self._notes(cuts),
         )
 
     # -- handlers, one per message type
@@ -152,21 +203,38 @@ class ExecutionReducer:
         self._stream(name, text)
 
     def _on_display(self, msg: Message) -> None:
+        size = self._cut(msg).size
         output = notebook_output(msg)
         self._apply_pending_clear()
         if self._rich_outputs >= self._limits.max_outputs:
             self._dropped += 1
+            self._spill_output(output, "past max_outputs")
+            return
+        if self._rich_bytes + size > self._limits.max_result_bytes:
+            self._left_out += 1
+            self._spill_output(output, "past max_result_bytes")
             return
         self._rich_outputs += 1
+        self._rich_bytes += size
+        self._sizes[len(self._outputs)] = size
         display_id = (msg["content"].get("transient") or {}).get("display_id")
         if display_id:
             self._display_ids.setdefault(display_id, []).append(len(self._outputs))
         self._outputs.append(output)
 
     def _on_update_display(self, msg: Message) -> None:
+        size = self._cut(msg).size
         content = msg["content"]
         display_id = str((content.get("transient") or {}).get("display_id"))
-        for index in self._display_ids.get(display_id, []):
+        indexes = self._display_ids.get(display_id, [])
+        grown = sum(size - self._sizes.get(index, 0) for index in indexes)
+        if indexes and self._rich_bytes + grown > self._limits.max_result_bytes:
+            self._left_out += 1
+            self._spill_output(live_output(msg) or {}, "past max_result_bytes")
+            return
+        self._rich_bytes += grown
+        for index in indexes:
+            self._sizes[index] = size
             self._outputs[index]["data"] = content["data"]
             self._outputs[index]["metadata"] = content.get("metadata", {})
 
@@ -177,6 +245,7 @@ class ExecutionReducer:
             self._clear()
 
     def _on_error(self, msg: Message) -> None:
+        self._cut(msg)
         output = notebook_output(msg)
         self._apply_pending_clear()
         self._outputs.append(output)
@@ -189,9 +258,66 @@ class ExecutionReducer:
             self.execution_count = content["execution_count"]
         status = content.get("status")
         if status == "error" and self.error is None:
-            self.error = _error_from(content)
+            # Only an error that never came as an error message is read here.
+            self._cut(msg)
+            self.error = _error_from(msg["content"])
         elif status == "aborted" and self.error is None:
             self.error = ExecutionError("Aborted", "the kernel aborted this execution")
+
+    # -- byte caps
+
+    def _cut(self, msg: Message) -> Cut:
+        """Cuts the message's content to the byte caps, in place; notes what was cut."""
+        records = cut_records((msg.get("metadata") or {}).get("kernelexec"))
+        cut = self._capper.cut(msg["header"]["msg_type"], msg["content"], self._save)
+        if cut.records:
+            msg["content"] = cut.content
+            records += cut.records
+        room = _KEPT_CUTS - len(self._cuts)
+        self._cuts += records[:room]
+        self._more_cuts += len(records[room:])
+        return cut
+
+    def _save(self, kind: str, part: str, whole: str) -> tuple[str | None, str | None]:
+        """Writes a cut part whole to the spill sink; returns how results name it."""
+        if self._spill_opener is None:
+            return None, None
+        try:
+            sink = self._spill_sink()
+            sink.write(f"\n[kernelexec: all {len(whole):,} characters of {part} ({kind})]\n")
+            sink.write(whole)
+            sink.write("\n")
+        except OSError as exc:
+            return None, exc.strerror or str(exc)
+        return self._spill_name, None
+
+    def _spill_output(self, output: dict[str, Any], why: str) -> None:
+        if self._spill_opener is None:
+            return
+        with contextlib.suppress(OSError):
+            sink = self._spill_sink()
+            sink.write(f"\n[kernelexec: an output left out of the result, {why}]\n")
+            sink.write(json.dumps(output, ensure_ascii=False, default=str))
+            sink.write("\n")
+
+    def _spill_sink(self) -> TextIO:
+        if self._spill is None:
+            self._start_spill("")
+        assert self._spill is not None
+        return self._spill
+
+    def _notes(self, cuts: list[Record]) -> list[str]:
+        notes = [f"{_describe_cut(r)}." for r in cuts[:_NOTED_CUTS]]
+        more = len(cuts[_NOTED_CUTS:]) + self._more_cuts
+        if more:
+            notes.append(f"{more:,} more output parts were cut likewise.")
+        if self._left_out:
+            where = f"; they are in {self._spill_name}" if self._spill_name else ""
+            notes.append(
+                f"{self._left_out} outputs past max_result_bytes "
+                f"({self._limits.max_result_bytes:,} bytes) were left out{where}."
+            )
+        return notes
 
     # -- helpers
 
@@ -250,7 +376,62 @@ class ExecutionReducer:
         self._display_ids.clear()
         self._tail.clear()
         self._head_chars = self._tail_chars = self._stream_chars = 0
-        self._rich_outputs = 0
+        self._rich_outputs = self._rich_bytes = 0
+        self._sizes.clear()
+
+
+def cut_records(value: object) -> list[Record]:
+    """The well-formed cut records in ``{"cut": [...]}``, as a kernel reported them.
+
+    The kernel runs the code we are capping, so its report is checked: a
+    path must be one name in ``outputs/``, never a way out of the work dir.
+    """
+    cut = value.get("cut") if isinstance(value, dict) else None
+    if not isinstance(cut, list):
+        return []
+    records: list[Record] = []
+    for record in cut[:100]:
+        if not isinstance(record, dict):
+            continue
+        part, whole, kept = record.get("part"), record.get("bytes"), record.get("kept")
+        path, error = record.get("path"), record.get("error")
+        if not (isinstance(part, str) and 0 < len(part) <= 100):
+            continue
+        if not (type(whole) is int and type(kept) is int and 0 <= kept <= whole):
+            continue
+        if path is not None and not (isinstance(path, str) and _KERNEL_FILE.fullmatch(path)):
+            continue
+        records.append(
+            {
+                "part": part,
+                "bytes": whole,
+                "kept": kept,
+                "path": path,
+                "error": str(error)[:200] if error else None,
+            }
+        )
+    return records
+
+
+def _describe_cut(record: Record) -> str:
+    what = f"An output's {record['part']} ({record['bytes']:,} bytes)"
+    if record["kept"]:
+        done = f"{what} was cut to {record['kept']:,} bytes, head and tail kept"
+    else:
+        done = f"{what} was left out of the result"
+    if record["path"]:
+        return f"{done}; all of it is in {record['path']}"
+    if record["error"]:
+        return f"{done}; it could not be saved ({record['error']})"
+    return done
+
+
+def _unique(records: list[Record]) -> list[Record]:
+    # An error's cut is reported twice: with the error and with the reply.
+    seen: dict[tuple[Any, ...], Record] = {}
+    for record in records:
+        seen.setdefault((record["part"], record["bytes"], record["path"]), record)
+    return list(seen.values())
 
 
 def _error_from(content: dict[str, Any]) -> ExecutionError:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ._ansi import strip_ansi
 from ._artifacts import Saved
+from ._reducer import cut_records
 
 __all__ = ["cap_text", "collapse_carriage_returns", "render_outputs"]
 
@@ -32,7 +33,7 @@ def render_outputs(outputs: list[dict[str, Any]], saved: Saved, *, errors: bool 
             if not piece.strip():
                 piece = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
         else:
-            piece = _render_bundle(output.get("data") or {}, saved.get(index, []))
+            piece = _render_bundle(output, saved.get(index, []))
         if piece:
             parts.append(piece if piece.endswith("\n") else piece + "\n")
     return "".join(parts)
@@ -65,15 +66,32 @@ def _last_drawn(line: str) -> str:
     return segments[-1] if segments else ""
 
 
-def _render_bundle(data: dict[str, Any], files: list[tuple[str, str]]) -> str:
+def _render_bundle(output: dict[str, Any], files: list[tuple[str, str]]) -> str:
+    data = output.get("data") or {}
+    metadata = output.get("metadata")
+    # Parts left out for the byte caps show as their files, as saved images do.
+    left_out = [
+        _left_out(r)
+        for r in cut_records(metadata.get("kernelexec") if isinstance(metadata, dict) else None)
+        if not r["kept"]
+    ]
     lines: list[str] = []
     text = _bundle_text(data)
-    if text and not (files and _EMPTY_REPR.match(text.strip())):
+    if text and not ((files or left_out) and _EMPTY_REPR.match(text.strip())):
         lines.append(strip_ansi(text))
     lines.extend(f"[{mimetype} saved to {path}]" for mimetype, path in files)
+    lines.extend(left_out)
     if not lines and data:
         lines.append(f"[display of {', '.join(sorted(data))}]")
     return "\n".join(lines)
+
+
+def _left_out(record: dict[str, Any]) -> str:
+    what = f"{record['part']}, {record['bytes']:,} bytes,"
+    if record["path"]:
+        return f"[{what} saved to {record['path']}]"
+    why = f": {record['error']}" if record["error"] else ""
+    return f"[{what} left out{why}]"
 
 
 def _bundle_text(data: dict[str, Any]) -> str:

@@ -7,8 +7,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import nbformat
-
 from ._exceptions import ConfigurationError
 from ._models import ExecutionResult
 
@@ -85,6 +83,12 @@ def read_code_cells(path: Path) -> list[_Cell]:
     Raises:
         ConfigurationError: the file is not a notebook nbformat can read.
     """
+    # Imported here, not with kernelexec: nbformat imports jsonschema, whose
+    # format checkers build a grammar at import (rfc3987-syntax, which
+    # jupyter_server's dependencies install): most of a second that every
+    # program importing kernelexec paid, replay or not.
+    import nbformat
+
     try:
         notebook = nbformat.read(path, as_version=4)
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -23,6 +23,9 @@ POLL_SECONDS = 0.2
 # After the reply, IOPub silent this long means the idle status was lost (a
 # kernel we did not launch may drop messages): finish rather than wait forever.
 QUIET_AFTER_REPLY = 2.0
+# The input_reply value that ipykernel (6.29 and 7.x: Kernel._input_request)
+# turns into EOFError in input() and getpass(), as `jupyter console` sends on Ctrl-D.
+END_OF_INPUT = "\x04"
 
 Ending = Literal["done", "died", "deadline"]
 
@@ -80,6 +83,7 @@ class _Run:
         self.answers = answers
         self.notes: list[str] = []
         self.unstoppable = False
+        self.ended_input = False  # a surplus input request was answered with end of file
 
     async def collect(self, deadline: float) -> Ending:
         heard = time.monotonic()
@@ -127,14 +131,25 @@ class _Run:
             return
         if (msg.get("parent_header") or {}).get("msg_id") != self.reducer.msg_id:
             return
+        content = msg.get("content") or {}
+        prompt = str(content.get("prompt", ""))
         if not self.answers:
-            self.notes.append(
-                "The code asked for more input than was given, so it was interrupted."
-            )
-            await self.backend.interrupt()
+            # Answered, not interrupted: an interrupt can be lost (in a cell
+            # with a top-level await, ipykernel's SIGINT handler only schedules
+            # a cancellation on its event loop, which cannot run while input()
+            # blocks), and the code then waited out its whole timeout. This
+            # reply makes input() raise EOFError, as a closed pipe would.
+            if not self.ended_input:
+                self.ended_input = True
+                self.notes.append(
+                    "The code asked for more input than was given, so input() "
+                    "got end of file (EOFError)."
+                )
+            if prompt:  # shown unanswered, so what the code printed next starts a line
+                self.reducer.add_stream("stdout", f"{prompt}\n")
+            await self.backend.send_input(END_OF_INPUT)
             return
         value = self.answers.popleft()
-        content = msg.get("content") or {}
         shown = "" if content.get("password") else value
-        self.reducer.add_stream("stdout", f"{content.get('prompt', '')}{shown}\n")
+        self.reducer.add_stream("stdout", f"{prompt}{shown}\n")
         await self.backend.send_input(value)

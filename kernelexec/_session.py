@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -11,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from . import _workdir
 from ._assemble import assemble, full_output_path, refusal
 from ._backends import KernelBackend, LocalBackend
 from ._environment import kernel_env
@@ -87,10 +90,12 @@ class AsyncSession:
             startup_timeout=startup_timeout,
             preload=preload,
         )
+        # The kernel cuts outputs to the byte caps before sending them.
+        env = {**(env or {}), **self.limits.kernel_env()}
         self._env = kernel_env(env)
         config = KernelConfig.of(kernel_name=kernel_name, python=python, env=env, preload=preload)
         self._pool = pool if backend is None and pool is not None and pool.fits(config) else None
-        self._transcript = Transcript(self.notebook_path)
+        self._transcript = Transcript(self.notebook_path, work_dir=self.work_dir)
         self._seq = self._transcript.code_cells
         self._lock = asyncio.Lock()
         self._kernel_up = False
@@ -314,14 +319,22 @@ class AsyncSession:
             return _kernel_down(self._dead, language)
         stem = f"{self._seq:04d}"
         source = kernel_source(code, language)
-        spill_path = self.work_dir / full_output_path(stem)
+        spill_notes: list[str] = []
 
         def open_spill() -> Any:
-            spill_path.parent.mkdir(parents=True, exist_ok=True)
-            return spill_path.open("w", encoding="utf-8", errors="surrogatepass")
+            # Through _workdir: a link the kernel planted at the name is replaced, not followed.
+            try:
+                raw, moved = _workdir.create(self.work_dir, full_output_path(stem))
+            except OSError as exc:
+                spill_notes.append(f"The full output could not be saved: {exc}.")
+                return open(os.devnull, "w")
+            spill_notes.extend([moved] if moved else [])
+            return io.TextIOWrapper(raw, encoding="utf-8", errors="surrogatepass")
 
         def reducer_factory(msg_id: str) -> ExecutionReducer:
-            return ExecutionReducer(msg_id, limits=self.limits, spill=open_spill)
+            return ExecutionReducer(
+                msg_id, limits=self.limits, spill=open_spill, spill_name=full_output_path(stem)
+            )
 
         self._running = True
         try:
@@ -337,6 +350,7 @@ class AsyncSession:
         finally:
             self._running = False
         status, notes, restarted = self._judge(outcome, timeout)
+        notes.extend(spill_notes)
         if revived:
             notes.insert(0, revived)
             restarted = True

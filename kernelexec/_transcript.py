@@ -1,15 +1,22 @@
 """The session's notebook on disk: one code cell per execution.
 
-Every execution lands in the file right after it finishes, but never on the
-execution's own path: a background task writes the file in a worker thread,
-atomically (a temp file, then a rename), so a reader or a crash never sees a
-torn notebook. Bursts of executions coalesce into one write.
+Every execution lands in the file right after it finishes: a task writes the
+file in a worker thread, atomically (a temp file, then a rename), so a reader
+or a crash never sees a torn notebook, and the session hands out a result only
+once ``flush()`` says its cell is written. Cells added while a write is under
+way coalesce into the next one.
 
 A write costs the new cells, not the notebook, in time and in memory: the new
 file's bytes up to the last cell are copied from the old file inside the OS
 (``copy_file_range``), then the new cells and the closing lines are appended.
 When the file is not the one last written (someone else saved it, or there is
 no such call here), it is read back and written whole, its edits kept.
+
+The file lives in the kernel's work dir, where the kernel can plant links, so
+it is handled through ``_workdir``: read without following a link, the temp
+file made with O_EXCL under a random name, renamed relative to the folder's
+handle. A link found at the transcript's name is not a notebook: it is moved
+aside like any broken file, and the next write puts the real one in its place.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from . import _workdir
 
 __all__ = ["Transcript", "code_cell", "note_cell"]
 
@@ -52,19 +61,33 @@ class Transcript:
     notebook at ``path`` is continued, and so is one someone edits meanwhile
     (JupyterLab saving a note, say): the file is read back then, not
     overwritten. One that cannot be read is moved aside (``.broken-<time>``).
+
+    Args:
+        path: the notebook file.
+        work_dir: the kernel's work dir; a ``path`` inside it is reached from
+            it with no link followed. None: from the notebook's own folder.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, work_dir: Path | None = None) -> None:
         self.path = path
+        self._root, parts = _workdir.locate(path, work_dir or path.parent)
+        self._folder, self._name = parts[:-1], parts[-1]
+        self._shown = "/".join(parts)
         self._unwritten: list[dict[str, Any]] = []
         self._metadata: dict[str, Any] = dict(_METADATA)
         self._code_cells = 0
         self._writer: asyncio.Task[None] | None = None
         self._written: _Written | None = None
         self.write_error: str | None = None
-        if path.exists():
-            cells = self._read_cells()
-            self._code_cells = sum(1 for c in cells if c.get("cell_type") == "code")
+        try:
+            folder = _workdir.open_folder(self._root, self._folder)
+        except OSError:
+            return  # no folder yet, so no notebook to continue
+        try:
+            cells = self._read_cells(folder)
+        finally:
+            os.close(folder)
+        self._code_cells = sum(1 for c in cells if c.get("cell_type") == "code")
 
     @property
     def code_cells(self) -> int:
@@ -97,31 +120,49 @@ class Transcript:
 
     def _write(self, batch: list[dict[str, Any]]) -> None:
         pieces = [_dump(c) for c in batch]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        written = self._written
-        if written is not None and self._unchanged(written):
-            new = ((",\n" if written.cells else "") + ",\n".join(pieces)).encode()
-            if _extend(self.path, temp, written.prefix, new + self._tail()):
-                self._replace(temp, written.cells + len(pieces), written.prefix + len(new))
-                return
-        # The first write, or the file is not as this process left it.
-        pieces = [_dump(c) for c in self._read_cells()] + pieces
-        body = ('{\n "cells": [\n' + ",\n".join(pieces)).encode()
-        temp.write_bytes(body + self._tail())
-        self._replace(temp, len(pieces), len(body))
-
-    def _replace(self, temp: Path, cells: int, prefix: int) -> None:
-        os.replace(temp, self.path)
-        stat = self.path.stat()
-        self._written = _Written(cells, prefix, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
-
-    def _unchanged(self, written: _Written) -> bool:
+        if not self._folder:
+            self._root.mkdir(parents=True, exist_ok=True)  # a folder the caller chose
+        folder, moved = _workdir.own_folder(self._root, [*self._folder, self._name])
+        for note in moved:
+            log.warning("kernelexec: %s", note)
         try:
-            stat = self.path.stat()
-        except OSError:
-            return False
-        return (stat.st_ino, stat.st_size, stat.st_mtime_ns) == written.identity
+            written = self._written
+            if written is not None:
+                new = ((",\n" if written.cells else "") + ",\n".join(pieces)).encode()
+                temp, fd = _workdir.temp_file(folder)
+                if _extend(
+                    folder, self._name, written.identity, written.prefix, fd, new + self._tail()
+                ):
+                    self._replace(
+                        folder, temp, fd, written.cells + len(pieces), written.prefix + len(new)
+                    )
+                    return
+                os.close(fd)
+                os.unlink(temp, dir_fd=folder)
+            # The first write, or the file is not as this process left it.
+            pieces = [_dump(c) for c in self._read_cells(folder)] + pieces
+            body = ('{\n "cells": [\n' + ",\n".join(pieces)).encode()
+            temp, fd = _workdir.temp_file(folder)
+            try:
+                _workdir.write_all(fd, body + self._tail())
+            except BaseException:
+                os.close(fd)
+                os.unlink(temp, dir_fd=folder)
+                raise
+            self._replace(folder, temp, fd, len(pieces), len(body))
+        finally:
+            os.close(folder)
+
+    def _replace(self, folder: int, temp: str, fd: int, cells: int, prefix: int) -> None:
+        """Puts the written temp file in place; its stat is the file's from then on."""
+        try:
+            stat = os.fstat(fd)
+        finally:
+            os.close(fd)
+        note = _workdir.put_in_place(folder, temp, self._name, self._shown)
+        if note:
+            log.warning("kernelexec: %s", note)
+        self._written = _Written(cells, prefix, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
 
     def _tail(self) -> bytes:
         return (
@@ -129,22 +170,34 @@ class Transcript:
             f' "nbformat": {NBFORMAT},\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'
         ).encode()
 
-    def _read_cells(self) -> list[dict[str, Any]]:
-        """The cells of the notebook on disk (none if there is none); its metadata is kept."""
+    def _read_cells(self, folder: int) -> list[dict[str, Any]]:
+        """The cells of the notebook on disk (none if there is none); its metadata is kept.
+
+        A file that is not a notebook (a link included: it is never followed)
+        is moved aside.
+        """
         try:
-            notebook = json.loads(self.path.read_text(encoding="utf-8"))
+            with _workdir.open_in(folder, self._name, self._shown) as file:
+                notebook = json.loads(file.read().decode("utf-8"))
             cells = notebook["cells"]
             if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
                 raise TypeError("cells is not a list of cells")
-        except FileNotFoundError:
+        except _workdir.Refused as exc:
+            if exc.reason == "missing":
+                return []
+            self._move_aside(folder, exc)
             return []
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            aside = self.path.with_name(f"{self.path.name}.broken-{int(time.time())}")
-            log.warning("kernelexec: %s is not a notebook (%s); moved to %s", self.path, exc, aside)
-            self.path.rename(aside)
+            self._move_aside(folder, exc)
             return []
         self._metadata = {**_METADATA, **(notebook.get("metadata") or {})}
         return cells
+
+    def _move_aside(self, folder: int, why: Exception) -> None:
+        aside = f"{self._name}.broken-{int(time.time())}"
+        log.warning("kernelexec: %s is not a notebook (%s); moved to %s", self.path, why, aside)
+        # A rename never follows a link: a planted one is moved, not what it names.
+        os.rename(self._name, aside, src_dir_fd=folder, dst_dir_fd=folder)
 
 
 def code_cell(
@@ -190,27 +243,32 @@ def note_cell(
     }
 
 
-def _extend(source: Path, target: Path, keep: int, more: bytes) -> bool:
-    """Writes ``source``'s first ``keep`` bytes, then ``more``, to ``target``.
+def _extend(
+    folder: int, name: str, identity: tuple[int, int, int], keep: int, target: int, more: bytes
+) -> bool:
+    """Writes the first ``keep`` bytes of the file ``name``, then ``more``, to ``target``.
 
-    The copy happens inside the OS, so it costs no Python time however large
-    the notebook. False when it cannot be done this way: no copy_file_range,
-    a file system that cannot copy ranges, a file shorter than ``keep``.
+    Only when ``name`` is still the file this process wrote (``identity``),
+    checked on the open file itself, so the copy is of that very file. The
+    copy happens inside the OS, so it costs no Python time however large the
+    notebook. False when it cannot be done this way: another file (or a link)
+    at the name, no copy_file_range, a file system that cannot copy ranges.
     """
     copy = getattr(os, "copy_file_range", None)
     if copy is None:
         return False
     try:
-        with source.open("rb", buffering=0) as src, target.open("wb", buffering=0) as dst:
+        with _workdir.open_in(folder, name) as source:
+            stat = os.fstat(source.fileno())
+            if (stat.st_ino, stat.st_size, stat.st_mtime_ns) != identity:
+                return False
             copied = 0
             while copied < keep:
-                step = copy(src.fileno(), dst.fileno(), keep - copied)
+                step = copy(source.fileno(), target, keep - copied)
                 if step <= 0:
                     return False  # the file is shorter than this process wrote it
                 copied += step
-            rest = memoryview(more)
-            while rest:
-                rest = rest[os.write(dst.fileno(), rest) :]
+        _workdir.write_all(target, more)
     except OSError:
         return False
     return True

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,27 @@ class ServerProcess:
             self._log_file.close()
 
 
+def jupyter_message(
+    msg_type: str, content: dict[str, Any], channel: str = "shell"
+) -> dict[str, Any]:
+    """A request as a Jupyter client sends it over the channels WebSocket (JSON frame)."""
+    return {
+        "channel": channel,
+        "header": {
+            "msg_id": uuid.uuid4().hex,
+            "msg_type": msg_type,
+            "username": "debugger",
+            "session": "debug",
+            "date": "",
+            "version": "5.3",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "content": content,
+        "buffers": [],
+    }
+
+
 def descendants(pid: int) -> set[int]:
     """Every process below ``pid``, from /proc."""
     children: dict[int, list[int]] = {}
@@ -140,4 +162,4 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-__all__ = ["TOKEN", "ServerProcess", "descendants", "free_port", "signal"]
+__all__ = ["TOKEN", "ServerProcess", "descendants", "free_port", "jupyter_message", "signal"]

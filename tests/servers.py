@@ -190,8 +190,8 @@ def enterprise_gateway(tmp: Path) -> Gateway:
     )
 
 
-def docker_image() -> str:
-    """The kernel image, built once per machine (by tag) from the test base image."""
+def docker_base_image() -> str:
+    """The test base image, once the Docker engine is known to answer."""
     if shutil.which("docker") is None:
         unavailable("no docker command; run ../shared/ci/docker-engine.sh")
     info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
@@ -210,9 +210,17 @@ def docker_image() -> str:
                 "../shared/ci/docker-engine.sh and export its BASE_IMAGE"
             )
         base = "kernelexec-base:bookworm"
-    with file_lock("docker-image"):
+    return base
+
+
+def docker_image(*packages: str, base: str | None = None) -> str:
+    """The kernel image with ``packages``, built once per machine (by tag) from
+    ``base`` (default: the test base image)."""
+    base = base or docker_base_image()
+    with file_lock("-".join(("docker-image", *packages))):
         proc = subprocess.run(
-            [sys.executable, "-m", "kernelexec", "image", "build", "--base-image", base, "--quiet"],
+            [sys.executable, "-m", "kernelexec", "image", "build", "--base-image", base, "--quiet"]
+            + (["--packages", *packages] if packages else []),
             capture_output=True,
             text=True,
             timeout=1800,
@@ -239,9 +247,10 @@ def rest(gateway: Gateway, method: str, path: str) -> int:
 
 @pytest.fixture(scope="session")
 def tuned_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    # Neither the secret nor the headless MPLBACKEND may reach its kernels.
     gateway = kernelexec_gateway(
         tmp_path_factory.mktemp("tuned-gateway"),
-        env={**os.environ, "GATEWAY_SECRET_TOKEN": "do-not-leak"},
+        env={**os.environ, "GATEWAY_SECRET_TOKEN": "do-not-leak", "MPLBACKEND": "Agg"},
     )
     yield gateway
     gateway.stop()

@@ -104,3 +104,26 @@ async def test_close_during_an_execution_ends_it_and_starts_no_new_kernel(tmp_pa
     assert await asyncio.to_thread(wait_gone, [kernel]) == []
     await asyncio.sleep(1.0)
     assert not await s._backend.is_alive()  # no new kernel was started after close
+
+
+async def test_restart_after_a_death_releases_the_dead_kernel(tmp_path: Path) -> None:
+    # auto_restart=False: the caller restarts. Each death + restart used to
+    # leave 5 file descriptors and the dead kernel's IPC dir behind.
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async with AsyncSession(tmp_path, auto_restart=False) as s:
+        await s.execute("1")
+        ipc_dirs = []
+        counts = []
+        for _ in range(4):
+            info = s.connection_info
+            assert info is not None
+            ipc_dirs.append(Path(info["ip"]).parent)
+            died = await s.execute("import os; os._exit(1)")
+            assert died.status == "kernel_died"
+            await s.restart()
+            assert (await s.execute("1 + 1")).text.strip() == "2"
+            counts.append(fds())
+    assert counts == [counts[0]] * 4, f"file descriptors after each restart: {counts}"
+    assert [d for d in ipc_dirs if d.exists()] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import uuid
@@ -13,7 +14,7 @@ from typing import Any
 import nbformat
 import pytest
 import websocket
-from _serverproc import ServerProcess
+from _serverproc import ServerProcess, jupyter_message
 from jupyter_client import BlockingKernelClient
 
 
@@ -24,25 +25,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-def request(msg_type: str, content: dict[str, Any], channel: str = "shell") -> dict[str, Any]:
-    msg_id = uuid.uuid4().hex
-    return {
-        "channel": channel,
-        "header": {
-            "msg_id": msg_id,
-            "msg_type": msg_type,
-            "username": "debugger",
-            "session": "debug",
-            "date": "",
-            "version": "5.3",
-        },
-        "parent_header": {},
-        "metadata": {},
-        "content": content,
-        "buffers": [],
-    }
-
-
 def run_over_websocket(server: ServerProcess, kernel_id: str, code: str) -> tuple[str, str]:
     """Runs code as JupyterLab would; its stdout, and the reply's status."""
     ws = websocket.create_connection(
@@ -51,7 +33,7 @@ def run_over_websocket(server: ServerProcess, kernel_id: str, code: str) -> tupl
         timeout=60,
     )
     try:
-        msg = request(
+        msg = jupyter_message(
             "execute_request",
             {
                 "code": code,
@@ -120,40 +102,47 @@ def test_the_channels_need_the_token(server: ServerProcess) -> None:
 def test_attach_prints_a_working_console_command(server: ServerProcess) -> None:
     session_id = server.create()
     server.execute(session_id, "answer = 42")
-    proc = subprocess.run(
+    pid = server.kernel_pid(session_id)
+    attach = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "kernelexec",
-            "attach",
-            session_id,
-            "--url",
-            server.url,
-            "--token",
-            server.token,
-            "--print",
+            *(sys.executable, "-m", "kernelexec", "attach", session_id),
+            *("--url", server.url, "--token", server.token, "--print"),
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
     )
-    assert proc.returncode == 0, proc.stderr
-    command = proc.stdout.strip()
-    assert command.startswith("jupyter console --existing ")
-    connection_file = Path(command.split("--existing ", 1)[1].strip())
-    info = json.loads(connection_file.read_text())
-    assert oct(connection_file.stat().st_mode & 0o777) == "0o600"
-    client = BlockingKernelClient()
-    client.load_connection_info(info)
-    client.start_channels()
-    printed: list[str] = []
-
-    def hook(msg: dict[str, Any]) -> None:
-        if msg["msg_type"] == "stream":
-            printed.append(msg["content"]["text"])
-
     try:
-        reply = client.execute_interactive("print(answer)", timeout=60, output_hook=hook)
+        assert attach.stdout is not None
+        command = attach.stdout.readline().strip()
+        assert command.startswith("jupyter console --existing "), attach.stderr.read()
+        connection_file = Path(command.split("--existing ", 1)[1].split()[0])
+        info = json.loads(connection_file.read_text())
+        assert oct(connection_file.stat().st_mode & 0o777) == "0o600"
+        # The console talks to attach's stand-in on 127.0.0.1, with a key of its own:
+        # the kernel's key never leaves the server.
+        assert info["ip"] == "127.0.0.1" and info["transport"] == "tcp"
+        client = BlockingKernelClient()
+        client.load_connection_info(info)
+        client.start_channels()
+        printed: list[str] = []
+
+        def hook(msg: dict[str, Any]) -> None:
+            if msg["msg_type"] == "stream":
+                printed.append(msg["content"]["text"])
+
+        try:
+            reply = client.execute_interactive("print(answer)", timeout=60, output_hook=hook)
+            # What a console does on `exit` or Ctrl-D with --existing: asks the kernel to stop.
+            client.shutdown()
+            refused = client.get_control_msg(timeout=60)
+        finally:
+            client.stop_channels()
+        assert reply["content"]["status"] == "ok" and printed == ["42\n"]
+        assert refused["msg_type"] == "shutdown_reply"
+        assert refused["content"]["status"] == "error"
     finally:
-        client.stop_channels()
-    assert reply["content"]["status"] == "ok" and printed == ["42\n"]
+        attach.send_signal(signal.SIGINT)
+        assert attach.wait(60) == 0
+    assert not connection_file.exists()  # it holds the stand-in's key: gone with it
+    assert server.kernel_pid(session_id) == pid

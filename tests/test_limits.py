@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import rss_mb
 
-from kernelexec import AsyncSession, Limits
+from kernelexec import AsyncSession, KernelPool, Limits
 
 FLOOD_200_MB = (
     "import sys\nline = 'x' * 99 + '\\n'\n"
@@ -50,4 +51,29 @@ async def test_streams_and_outputs_respect_configured_caps(tmp_path: Path) -> No
     assert "7 display outputs past the limit of 3 were dropped" in result.text
     assert len(result.stdout) <= 4_000 + 100 and "characters cut" in result.stdout
     assert result.full_output is not None
-    assert (tmp_path / result.full_output).read_text().count("y") == 50_000
+    full = (tmp_path / result.full_output).read_text()
+    assert "y" * 50_000 in full and "y" * 50_001 not in full
+    assert all(f"'shown {i}'" in full for i in range(3, 10)), "dropped, never lost"
+
+
+def test_byte_caps_are_checked_and_reach_the_kernel_only_when_not_default() -> None:
+    assert Limits().kernel_env() == {}
+    assert Limits(max_output_bytes=5_000, max_image_bytes=10_000_000).kernel_env() == {
+        "KERNELEXEC_MAX_OUTPUT_BYTES": "5000"
+    }
+    with pytest.raises(ValueError, match="max_result_bytes must be at least"):
+        Limits(max_output_bytes=2_000_000, max_result_bytes=1_000_000)
+    with pytest.raises(ValueError, match="max_image_bytes must be at least 1000"):
+        Limits(max_image_bytes=10)
+
+
+async def test_a_session_with_its_own_caps_starts_its_own_kernel(tmp_path: Path) -> None:
+    async with KernelPool(1) as pool:
+        await pool.wait_ready(60)
+        limits = Limits(max_output_bytes=5_000)
+        async with AsyncSession(tmp_path, pool=pool, limits=limits) as s:
+            result = await s.execute("'c' * 20_000")
+            assert pool.ready == 1, "the pool's kernel has the default caps"
+        assert result.files == ["outputs/in1-result.txt"], result.message
+        assert (tmp_path / "outputs/in1-result.txt").read_text() == repr("c" * 20_000)
+        assert len(result.outputs[0]["data"]["text/plain"]) <= 5_000

@@ -5,20 +5,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
+import os
+import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx2
 import pytest
-from _serverproc import free_port
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from _mcpclient import stdio_mcp, texts
+from _serverproc import TOKEN
+from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
+from mcp.types import CallToolResult, ImageContent, ResourceLink
 
 from kernelexec._mcp._files import FileRefused, confined
 
@@ -32,23 +32,6 @@ TOOLS = {
     "get_notebook",
 }
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\nprint('plotted')"
-
-
-@asynccontextmanager
-async def stdio_mcp(work_root: Path, *options: str) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "kernelexec", "mcp", "--work-root", str(work_root), *options],
-    )
-    with (work_root.parent / "mcp-stderr.log").open("w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as client:
-                await client.initialize()
-                yield client
-
-
-def texts(result: CallToolResult) -> str:
-    return "".join(c.text for c in result.content if isinstance(c, TextContent))
 
 
 async def call(client: ClientSession, tool: str, **arguments: object) -> CallToolResult:
@@ -187,37 +170,34 @@ def test_confined_refuses_what_leads_out(tmp_path: Path) -> None:
 
 
 async def test_streamable_http(tmp_path: Path) -> None:
-    port = free_port()
-    log = (tmp_path / "http.log").open("w")
+    log_path = tmp_path / "http.log"
+    log = log_path.open("w")
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "kernelexec",
-            "mcp",
-            "--http",
-            "--port",
-            str(port),
-            "--work-root",
-            str(tmp_path / "root"),
+            *(sys.executable, "-m", "kernelexec", "mcp", "--http", "--port", "0"),
+            *("--work-root", str(tmp_path / "root")),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, "KERNELEXEC_TOKEN": TOKEN},
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "http.log").read_text()
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the MCP HTTP server did not come up"
-                await asyncio.sleep(0.2)
-        http = httpx2.AsyncClient(trust_env=False, timeout=httpx2.Timeout(30, read=120))
+        deadline = time.monotonic() + 120
+        while not (
+            found := re.search(r"serving http://127\.0\.0\.1:(\d+)/mcp", log_path.read_text())
+        ):
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "the MCP HTTP server did not come up"
+            await asyncio.sleep(0.2)
+        assert "token" not in log_path.read_text()  # given, so not printed
+        http = httpx2.AsyncClient(
+            trust_env=False,
+            timeout=httpx2.Timeout(30, read=120),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         async with (
             http,
-            streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (
+            streamable_http_client(f"http://127.0.0.1:{found.group(1)}/mcp", http_client=http) as (
                 read,
                 write,
             ),
@@ -229,5 +209,5 @@ async def test_streamable_http(tmp_path: Path) -> None:
         assert texts(result).strip() == "42"
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=60) == 0  # SIGTERM is a clean stop
         log.close()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import io
 from typing import Any
 
 from kernelexec import Limits
-from kernelexec._reducer import ExecutionReducer
+from kernelexec._reducer import ExecutionReducer, cut_records, live_output
 
 Messages = dict[str, list[dict[str, Any]]]
 
@@ -141,3 +142,124 @@ def test_outputs_are_built_as_nbformat_builds_them(recorded: Messages) -> None:
                 assert notebook_output(message) == output_from_msg(message)
                 checked += 1
     assert checked >= 10
+
+
+# -- byte caps on the client's side (kernels kernelexec did not boot)
+
+SMALL = Limits(max_output_bytes=10_000, max_image_bytes=10_000, max_result_bytes=30_000)
+
+
+def spilling(limits: Limits = SMALL) -> tuple[ExecutionReducer, io.StringIO]:
+    sink = io.StringIO()
+    sink.close = lambda: None  # type: ignore[method-assign]  # keep it readable after finish()
+    reducer = ExecutionReducer(
+        "REQUEST", limits=limits, spill=lambda: sink, spill_name="outputs/0001-output.txt"
+    )
+    return reducer, sink
+
+
+def test_a_huge_result_is_cut_on_arrival_and_kept_whole_in_the_spill() -> None:
+    reducer, sink = spilling()
+    message = msg("execute_result", {"data": {"text/plain": "r" * 3_000_000}, "execution_count": 1})
+    reducer.feed(message)
+    # Cut in place: a live listener fed the same message sees it cut too.
+    shown = live_output(message)
+    assert shown is not None and len(shown["data"]["text/plain"]) <= 10_000
+    folded = reducer.finish()
+    (output,) = folded.outputs
+    text = output["data"]["text/plain"]
+    assert len(text) <= 10_000 and "all of it is in outputs/0001-output.txt" in text
+    assert "r" * 3_000_000 in sink.getvalue()
+    assert folded.notes == [
+        f"An output's text/plain (3,000,000 bytes) was cut to {len(text):,} bytes, head and "
+        "tail kept; all of it is in outputs/0001-output.txt."
+    ]
+    assert folded.saved_files == [], "the spill file is the result's full_output, not a file"
+
+
+def test_a_huge_error_is_cut_with_its_traceback_and_reported_once() -> None:
+    reducer, sink = spilling()
+    error = {"ename": "E", "evalue": "v" * 1_000_000, "traceback": ["T"] * 500_000}
+    reducer.feed(msg("error", error))
+    reducer.feed(msg("execute_reply", {"status": "error", **error}))
+    folded = reducer.finish()
+    assert folded.error is not None
+    assert len(folded.error.evalue) <= 2_500 and len(folded.error.traceback) < 2_000
+    assert len(folded.notes) == 1 and "traceback" in folded.notes[0]
+    whole = sink.getvalue()
+    assert whole.count("T\n") == 500_000 and "v" * 1_000_000 in whole
+
+
+def test_images_and_structured_data_past_their_caps_are_left_out() -> None:
+    reducer, sink = spilling()
+    png = base64.b64encode(b"\x89PNG" + bytes(20_000)).decode()
+    bundle = {"image/png": png, "application/json": {"k": "j" * 20_000}, "text/plain": "<Fig>"}
+    reducer.feed(msg("display_data", {"data": bundle, "metadata": {}}))
+    (output,) = reducer.finish().outputs
+    assert output["data"] == {"text/plain": "<Fig>"}
+    records = output["metadata"]["kernelexec"]["cut"]
+    assert [(r["part"], r["kept"]) for r in records] == [("image/png", 0), ("application/json", 0)]
+    assert png in sink.getvalue() and "j" * 20_000 in sink.getvalue()
+
+
+def test_outputs_past_the_result_cap_are_left_out_and_spilled() -> None:
+    reducer, sink = spilling()
+    for i in range(5):
+        reducer.feed(msg("display_data", {"data": {"text/plain": str(i) * 9_000}, "metadata": {}}))
+    update = {"data": {"text/plain": "u" * 9_000}, "transient": {"display_id": "d"}}
+    reducer.feed(msg("display_data", {**update, "metadata": {}}))
+    folded = reducer.finish()
+    assert [o["data"]["text/plain"][0] for o in folded.outputs] == ["0", "1", "2"]
+    assert folded.left_out == 3
+    assert "3 outputs past max_result_bytes (30,000 bytes) were left out" in folded.notes[-1]
+    assert all(str(i) * 9_000 in sink.getvalue() for i in (3, 4))
+
+
+def test_an_update_past_the_result_cap_is_not_applied() -> None:
+    reducer, sink = spilling()
+    shown = {"data": {"text/plain": "a"}, "metadata": {}, "transient": {"display_id": "d"}}
+    reducer.feed(msg("display_data", shown))
+    reducer.feed(msg("display_data", {"data": {"text/plain": "b" * 9_000}, "metadata": {}}))
+    grown = {**shown, "data": {"text/plain": "u" * 9_500}}
+    reducer.feed(msg("update_display_data", grown))  # 18,501 bytes: within 30,000
+    reducer.feed(msg("update_display_data", {**shown, "data": {"text/plain": "w" * 9_999}}))
+    reducer.feed(msg("display_data", {"data": {"text/plain": "c" * 9_000}, "metadata": {}}))
+    bigger = {**shown, "data": {"text/plain": "z" * 9_999}, "metadata": {"m": "m" * 5_000}}
+    reducer.feed(msg("update_display_data", bigger))  # would take 33,000 bytes
+    folded = reducer.finish()
+    assert folded.outputs[0]["data"]["text/plain"] == "w" * 9_999
+    assert folded.left_out == 1 and "z" * 9_999 in sink.getvalue()
+
+
+def test_kernel_cut_reports_name_only_files_in_outputs() -> None:
+    good = {"part": "text/plain", "bytes": 9, "kept": 3, "path": "outputs/in2-result.txt"}
+    forged = [
+        {**good, "path": "../../etc/passwd"},
+        {**good, "path": "/etc/passwd"},
+        {**good, "path": "outputs/../x"},
+        {**good, "path": "outputs/a/b"},
+        {**good, "path": "outputs/.."},
+        {**good, "kept": 10},
+        {**good, "bytes": "9"},
+        {**good, "part": ""},
+        "not a record",
+    ]
+    assert cut_records({"cut": [*forged, good]}) == [{**good, "error": None}]
+    assert cut_records({"cut": "no"}) == [] and cut_records(None) == []
+    reducer = ExecutionReducer("REQUEST", limits=Limits())
+    report = {"kernelexec": {"cut": [*forged, good]}}
+    reducer.feed({**msg("execute_result", {"data": {"text/plain": "a"}}), "metadata": report})
+    folded = reducer.finish()
+    assert folded.saved_files == ["outputs/in2-result.txt"]
+    assert len(folded.notes) == 1 and "passwd" not in folded.notes[0]
+
+
+def test_a_flood_of_cuts_is_counted_past_a_thousand_not_listed() -> None:
+    reducer = ExecutionReducer("REQUEST", limits=Limits())
+    for i in range(1_010):
+        record = {"part": "text/plain", "bytes": 9, "kept": 3, "path": f"outputs/in2-d-{i}.txt"}
+        report = {"kernelexec": {"cut": [record]}}
+        reducer.feed({**msg("display_data", {"data": {"text/plain": "a"}}), "metadata": report})
+    folded = reducer.finish()
+    assert len(folded.saved_files) == 1_000 and folded.saved_files[-1] == "outputs/in2-d-999.txt"
+    assert folded.notes[-1] == "1,005 more output parts were cut likewise."

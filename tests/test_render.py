@@ -63,3 +63,29 @@ def test_cap_keeps_head_and_tail_and_names_the_file() -> None:
     assert capped.startswith("H" * 500) and capped.endswith("T" * 500)
     assert "10,200 characters cut; the full output is in outputs/0001-output.txt" in capped
     assert cap_text("short", 1_000, None) == "short"
+
+
+def test_parts_left_out_for_the_byte_caps_show_as_their_files() -> None:
+    def cut(part: str, path: str | None, error: str | None = None) -> dict[str, object]:
+        return {"part": part, "bytes": 50_000_000, "kept": 0, "path": path, "error": error}
+
+    html = {
+        "output_type": "display_data",
+        "data": {"text/plain": "<IPython.core.display.HTML object>"},
+        "metadata": {"kernelexec": {"cut": [cut("text/html", "outputs/in2-display.html")]}},
+    }
+    unsaved = {
+        "output_type": "display_data",
+        "data": {"text/plain": "'kept'"},
+        "metadata": {"kernelexec": {"cut": [cut("image/png", None, "No space left on device")]}},
+    }
+    forged = {
+        "output_type": "display_data",
+        "data": {"text/plain": "'hi'"},
+        "metadata": {"kernelexec": {"cut": [cut("text/html", "../../etc/passwd")]}},
+    }
+    assert render_outputs([html, unsaved, forged], {}) == (
+        "[text/html, 50,000,000 bytes, saved to outputs/in2-display.html]\n"
+        "'kept'\n[image/png, 50,000,000 bytes, left out: No space left on device]\n"
+        "'hi'\n"
+    )

@@ -50,13 +50,20 @@ ROUTES = [
     ("GET", "/sessions/{id}/files/{path}"),
     ("PUT", "/sessions/{id}/files/{path}"),
     ("GET", "/sessions/{id}/notebook"),
+    ("GET", "/api/kernelspecs"),
+    ("GET", "/api/kernels"),
+    ("POST", "/api/kernels"),
+    ("GET", "/api/kernels/{id}"),
+    ("DELETE", "/api/kernels/{id}"),
+    ("POST", "/api/kernels/{id}/interrupt"),
+    ("POST", "/api/kernels/{id}/restart"),
 ]
 
 
 def test_routes_listed_here_are_the_schemas(server: ServerProcess) -> None:
     paths = server.http.get("/openapi.json").json()["paths"]
     in_schema = {
-        (method.upper(), path.replace("{session_id}", "{id}"))
+        (method.upper(), path.replace("{session_id}", "{id}").replace("{kernel_id}", "{id}"))
         for path, item in paths.items()
         for method in item
         if method != "parameters"
@@ -300,7 +307,7 @@ def test_notebook_download_validates(server: ServerProcess) -> None:
     ]
 
 
-BAD_BODIES: list[tuple[str, str, bytes, int, str]] = [
+BAD_BODIES: list[tuple[str, str, bytes | None, int, str]] = [
     ("POST", "/sessions", b"{bad", 400, "invalid_json"),
     ("POST", "/sessions", b"[1, 2]", 400, "invalid_json"),
     ("POST", "/sessions", b"\xff\xfe{}", 400, "invalid_json"),
@@ -337,9 +344,11 @@ BAD_BODIES: list[tuple[str, str, bytes, int, str]] = [
         "body_too_large",
     ),
     ("PUT", "/sessions/{id}/files/big.bin", b"x" * 2_000_000, 413, "body_too_large"),
-    ("PUT", "/sessions/{id}/files/sub", b"x", 400, "not_a_file"),
+    ("PUT", "/sessions/{id}/files/sub", b"x", 409, "not_a_file"),
+    ("PUT", "/sessions/{id}/files/no-body", None, 400, "missing_body"),
+    ("PUT", "/sessions/{id}/files/a%5Cb", b"x", 400, "invalid_path"),
     ("GET", "/sessions/{id}/files/nope.txt", b"", 404, "file_not_found"),
-    ("GET", "/sessions/{id}/files/sub", b"", 400, "not_a_file"),
+    ("GET", "/sessions/{id}/files/sub", b"", 404, "not_a_file"),
     ("DELETE", "/sessions/{id}?purge=maybe", b"", 400, "invalid_request"),
     ("GET", "/sessions/0123456789abcdef0123456789abcdef", b"", 404, "session_not_found"),
     ("GET", "/sessions/..%2f..%2fetc", b"", 404, "not_found"),
@@ -353,7 +362,7 @@ def test_bad_input_is_a_4xx_never_a_500(server: ServerProcess, sid: str) -> None
     (server.work_root / sid / "sub").mkdir(exist_ok=True)
     for method, path, body, status, code in BAD_BODIES:
         got, answer = raw_request(server, method, path.format(id=sid), body)
-        assert (got, json.loads(answer)["error"]) == (status, code), (method, path, body[:40])
+        assert (got, json.loads(answer)["error"]) == (status, code), (method, path, body)
     # A lone surrogate in code is the session's refusal: a result, not an HTTP error.
     status, answer = raw_request(server, "POST", f"/sessions/{sid}/execute", b'{"code": "\\ud800"}')
     refused = json.loads(answer)

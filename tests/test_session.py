@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import site
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -160,13 +163,27 @@ async def test_another_interpreter_without_ipykernel_gives_a_clear_error(tmp_pat
 
 
 async def test_another_interpreter_with_ipykernel_hosts_the_kernel(tmp_path: Path) -> None:
+    # A venv of its own that imports this interpreter's packages (ipykernel),
+    # whether the tests run in a venv or not: --system-site-packages would
+    # reach only the base interpreter's, which in a venv has no ipykernel.
     venv = tmp_path / "site"
     proc = await asyncio.create_subprocess_exec(
-        "python", "-m", "venv", "--system-site-packages", "--without-pip", str(venv)
+        sys.executable, "-m", "venv", "--without-pip", str(venv)
     )
     assert await proc.wait() == 0
-    async with AsyncSession(tmp_path / "w", python=str(venv / "bin" / "python")) as s:
-        result = await s.execute("import sys; print(sys.prefix)")
+    python = venv / "bin" / "python"
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    ask = await asyncio.create_subprocess_exec(
+        str(python), "-c", where, stdout=asyncio.subprocess.PIPE
+    )
+    purelib = Path((await ask.communicate())[0].decode().strip())
+    ours = dict.fromkeys([*site.getsitepackages(), sysconfig.get_path("purelib")])
+    (purelib / "parent.pth").write_text(
+        "".join(f"import site; site.addsitedir({path!r})\n" for path in ours)
+    )
+    async with AsyncSession(tmp_path / "w", python=str(python)) as s:
+        result = await s.execute("import sys, ipykernel; print(sys.prefix)")
+    assert result.ok, result.text
     assert result.stdout.strip() == str(venv)
 
 

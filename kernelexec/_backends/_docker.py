@@ -99,11 +99,15 @@ class DockerBackend(LocalBackend):
         self.container: str | None = None
         self._waiter: asyncio.subprocess.Process | None = None
         self._ended: str | None = None
+        # Kept here: the kernel removes its connection file once it has read it.
+        self._info: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<DockerBackend image={self.image} container={self.container}>"
 
     async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
+        if self.container is not None or self._ipc_dir is not None:
+            await self.shutdown()  # a dead kernel's container and IPC dir (auto_restart=False)
         self._cwd, self._env = cwd, env
         self._ended = None
         image = self.image or image_tag()
@@ -122,6 +126,7 @@ class DockerBackend(LocalBackend):
             _BOOT_IN_CONTAINER,
             "-f",
             str(connection_file),
+            env=self._container_env(env),
         )
         if not reply.ok:
             self._remove_ipc_dir()
@@ -139,7 +144,7 @@ class DockerBackend(LocalBackend):
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
             )
-            self._connect(connection_file)
+            self._connect()
             await self._wait_ready()
         except BaseException:
             await self.shutdown()
@@ -183,10 +188,9 @@ class DockerBackend(LocalBackend):
 
     def connection_info(self) -> dict[str, Any] | None:
         """The kernel's connection file: ipc sockets a client on this host can use too."""
-        if self._ipc_dir is None or self.container is None:
+        if self._ipc_dir is None or self.container is None or self._info is None:
             return None
-        info: dict[str, Any] = json.loads((self._ipc_dir / "kernel.json").read_text())
-        return info
+        return dict(self._info)
 
     # -- internals
 
@@ -238,11 +242,15 @@ class DockerBackend(LocalBackend):
             options += ["--gpus", self.gpus]
         for volume in self.volumes:
             options += ["-v", volume]
-        # HOME must be writable for IPython and matplotlib whatever uid runs.
-        kernel_env = {"HOME": "/tmp", **remote_env(env), **self.extra_env}
-        for key, value in kernel_env.items():
-            options += ["-e", f"{key}={value}"]
+        # Names only: docker reads the values from its own environment, since
+        # a value in a command line (a key passed on purpose) is world-readable.
+        for key in self._container_env(env):
+            options += ["-e", key]
         return options
+
+    def _container_env(self, env: dict[str, str]) -> dict[str, str]:
+        # HOME must be writable for IPython and matplotlib whatever uid runs.
+        return {"HOME": "/tmp", **remote_env(env), **self.extra_env}
 
     def _write_connection_file(self, directory: Path) -> Path:
         # ipc transport: each channel is the Unix socket "<ip>-<port>".
@@ -261,10 +269,12 @@ class DockerBackend(LocalBackend):
         path = directory / "kernel.json"
         path.write_text(json.dumps(info))
         path.chmod(0o600)
+        self._info = info
         return path
 
-    def _connect(self, connection_file: Path) -> None:
-        info = json.loads(connection_file.read_text())
+    def _connect(self) -> None:
+        info = self._info
+        assert info is not None, "_write_connection_file first"
         session = Session(key=info["key"].encode(), signature_scheme=info["signature_scheme"])
         self._channels = KernelSockets(info, session, _context())
 

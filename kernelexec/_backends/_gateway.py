@@ -23,6 +23,7 @@ from typing import Any
 
 from .._environment import remote_env
 from .._exceptions import KernelStartError
+from .._secrecy import protect_process
 from . import _wire
 from ._base import KernelMessage
 from ._channels import KernelChannels, OpenFailed
@@ -98,6 +99,7 @@ class GatewayBackend:
         return self._channels
 
     async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
+        protect_process()  # a gateway on this machine may run kernels under this uid
         self._cwd, self._env = cwd, env
         await self._check_kernelspec()
         body = {"name": self.kernel_name, "env": self._kernel_env(cwd, env)}

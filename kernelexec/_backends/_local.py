@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -20,6 +21,8 @@ from jupyter_client.manager import AsyncKernelManager
 
 from .._exceptions import KernelStartError
 from .._kernel import BOOT_SCRIPT, NO_IPYKERNEL
+from .._kernel.guard import end_tree
+from .._secrecy import protect_process
 from ._base import KernelMessage
 from ._ready import await_kernel_info
 from ._zmq import KernelSockets
@@ -30,6 +33,7 @@ _CONTEXT: zmq.asyncio.Context | None = None
 _LIVE: set[LocalBackend] = set()  # killed at interpreter exit if still running
 _PORT_TAKEN = "Address already in use"
 _PORT_ATTEMPTS = 3
+_SHUTDOWN_WAIT = 1.0  # seconds a kernel gets to stop when asked, before it is killed
 _MOVE_FAILED = 86  # the exit status of a kernel that could not enter its work dir
 _MOVE = """\
 import os as _k
@@ -109,6 +113,7 @@ class LocalBackend:
         self._channels: KernelSockets | None = None
         self._stderr: IO[bytes] | None = None
         self._pgid: int | None = None
+        self._process: subprocess.Popen[bytes] | None = None  # boot's: the kernel's supervisor
         self._returncode: int | None = None
         self._cwd = Path.cwd()
         self._env: dict[str, str] = {}
@@ -127,6 +132,11 @@ class LocalBackend:
                     raise
 
     async def _start_once(self, cwd: Path, env: dict[str, str]) -> None:
+        if self._km is not None or self._ipc_dir is not None or self._stderr is not None:
+            # A kernel that died and was not shut down (auto_restart=False):
+            # its sockets, stderr file and IPC dir would leak otherwise.
+            await self.shutdown(now=True)
+        protect_process()  # before the first kernel can look at this process
         self._cwd, self._env = cwd, env
         km = self._manager()
         self._stderr = tempfile.TemporaryFile()
@@ -148,6 +158,7 @@ class LocalBackend:
             raise KernelStartError(f"could not launch the kernel: {exc}") from exc
         self._km = km
         self._pgid = getattr(km.provisioner, "pgid", None)
+        self._process = getattr(km.provisioner, "process", None)
         _LIVE.add(self)
         self._channels = KernelSockets(km.get_connection_info(), km.session, _context())
         try:
@@ -202,9 +213,16 @@ class LocalBackend:
         if channels is not None:
             channels.close()
         if km is not None:
-            km.shutdown_wait_time = 1.0
+            if not now:
+                await self._ask_to_stop(km)
+            # What is left, setsid'd descendants included, before the kill
+            # below takes the supervisor (the subreaper holding them) with it.
             try:
-                await asyncio.wait_for(km.shutdown_kernel(now=now), timeout=5)
+                await asyncio.to_thread(self._end_tree)
+            except RuntimeError:  # interpreter exit: no thread can start any more
+                self._end_tree()
+            try:
+                await asyncio.wait_for(km.shutdown_kernel(now=True), timeout=5)
             except (asyncio.TimeoutError, OSError, RuntimeError):
                 pass  # the group kill below is what guarantees the end
         self._kill_group()
@@ -295,6 +313,7 @@ class LocalBackend:
             timeout=self.startup_timeout,
             retry=1.0,
             poll=0.1,
+            connected=channels.connected,
         ):
             return
         raise KernelStartError(
@@ -341,8 +360,29 @@ class LocalBackend:
             f"; it said:\n{stderr}" if stderr else ""
         )
 
+    @staticmethod
+    async def _ask_to_stop(km: AsyncKernelManager) -> None:
+        # A shutdown_request; a kernel booted by kernelexec then exits, and its
+        # supervisor ends the kernel's tree and exits too.
+        process = getattr(km.provisioner, "process", None)
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(OSError, RuntimeError, zmq.ZMQError):
+            await km.request_shutdown()
+        deadline = time.monotonic() + _SHUTDOWN_WAIT
+        while process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    def _end_tree(self) -> None:
+        process = self._process
+        # Not reaped yet, so its pid cannot have been reused.
+        if process is not None and process.poll() is None:
+            end_tree(process.pid)
+
     def _kill_group(self) -> None:
         _LIVE.discard(self)
+        self._end_tree()  # first: the group kill takes the supervisor, which holds the rest
+        self._process = None
         if self._pgid is not None:
             try:
                 os.killpg(self._pgid, signal.SIGKILL)

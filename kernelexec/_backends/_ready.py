@@ -18,23 +18,35 @@ async def await_kernel_info(
     timeout: float,
     retry: float,
     poll: float,
+    connected: Callable[[float], Awaitable[bool]] | None = None,
 ) -> bool:
     """Asks for kernel_info until its idle status arrives on IOPub; False on timeout.
 
     The idle status on IOPub, not just the shell reply, is the proof: it shows
     the IOPub subscription is live, so not one output of the first execution
-    can be missed. A starting kernel may drop requests, so the question is
-    asked again every ``retry`` seconds, and the answer to any of them counts:
-    a kernel slowed down by a busy machine may take longer than ``retry`` to
-    answer each, and waiting for the latest only would never end.
+    can be missed. Where the backend can tell when its sockets are connected,
+    the question waits for that: asked earlier, it is answered as soon as the
+    kernel is up, but the idle status may go out before the IOPub connection
+    is made and be lost, and a new question (``retry`` later) is needed.
+    Otherwise the question is asked again every ``retry`` seconds, and the
+    answer to any of them counts: a kernel slowed down by a busy machine may
+    take longer than ``retry`` to answer each, and waiting for the latest
+    only would never end.
 
     Args:
         ask: sends a kernel_info request; returns its msg_id.
         receive: the backend's next message, or None after the given seconds.
         check: raises ``KernelStartError`` once the kernel is known to be gone.
         timeout, retry, poll: seconds in all, between questions, per receive.
+        connected: True once every socket to the kernel is connected, waiting
+            at most the given seconds.
     """
     deadline = time.monotonic() + timeout
+    if connected is not None:
+        while not await connected(min(poll, max(deadline - time.monotonic(), 0))):
+            await check()
+            if time.monotonic() >= deadline:
+                return False
     asked: set[str] = set()
     while time.monotonic() < deadline:
         asked.add(await ask())

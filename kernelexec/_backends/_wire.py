@@ -17,9 +17,11 @@ import struct
 import uuid
 from typing import Any
 
+from jupyter_client.jsonutil import json_default
+
 from ._base import KernelMessage
 
-__all__ = ["SUBPROTOCOL", "decode", "encode", "new_message"]
+__all__ = ["SUBPROTOCOL", "decode", "encode", "json_frame", "new_message"]
 
 SUBPROTOCOL = "v1.kernel.websocket.jupyter.org"
 PROTOCOL_VERSION = "5.3"
@@ -47,6 +49,15 @@ def new_message(
         "msg_id": msg_id,
         "msg_type": msg_type,
     }
+
+
+def json_frame(channel: str, msg: dict[str, Any]) -> str:
+    """``msg`` as a legacy JSON text frame on ``channel`` (no buffers; dates in ISO 8601)."""
+    fields = {k: msg[k] for k in ("header", "parent_header", "metadata", "content")}
+    header = msg["header"]
+    frame = {"channel": channel, **fields, "buffers": []}
+    frame |= {"msg_id": header.get("msg_id"), "msg_type": header.get("msg_type")}
+    return json.dumps(frame, default=json_default)
 
 
 def encode(channel: str, msg: dict[str, Any], *, v1: bool) -> bytes | str:

@@ -9,12 +9,19 @@ dates stay the ISO strings they were on the wire (as over a gateway).
 ZMQ's descriptor only says "look at ZMQ_EVENTS", and reading ZMQ_EVENTS is
 what re-arms it: so the watcher always reads it, and a wait only begins after
 ZMQ_EVENTS said there is nothing to take.
+
+A socket's connection is made in ZMQ's I/O thread, retried until the kernel
+has bound its end; until its handshake is done the kernel drops what it sends
+there (IOPub for a subscriber it has not heard of, stdin for a peer it does
+not know). A monitor on each socket reports the handshake, so ``connected``
+can say when nothing the kernel sends can be lost any more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import json
 import logging
 from collections import deque
@@ -37,6 +44,12 @@ _RECEIVE_QUEUE = 64
 # Plain ints: pyzmq's enum flags make every bitwise test a slow Python call.
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _DELIM = DELIM.encode() if isinstance(DELIM, str) else DELIM
+# The monitor event that says a peer is known at the other end (libzmq 4.3
+# made it stable); before the handshake, a connected socket is not yet routable.
+_HANDSHAKE = int(
+    zmq.EVENT_HANDSHAKE_SUCCEEDED if zmq.zmq_version_info() >= (4, 3) else zmq.EVENT_CONNECTED
+)
+_MONITORS = itertools.count()  # each monitor's inproc address must be unique in the context
 
 
 class KernelSockets:
@@ -56,6 +69,8 @@ class KernelSockets:
         self._pending: deque[KernelMessage] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._sockets: dict[str, zmq.Socket[bytes]] = {}
+        # channel -> the monitor that waits for its handshake, until it is done
+        self._handshaking: dict[str, zmq.Socket[bytes]] = {}
         for channel, kind in (("iopub", zmq.SUB), ("shell", zmq.DEALER), ("stdin", zmq.DEALER)):
             # zmq.Socket, not context.socket(): a plain socket even in an asyncio context.
             sock: zmq.Socket[bytes] = zmq.Socket(context, kind)
@@ -66,8 +81,9 @@ class KernelSockets:
             else:
                 # The kernel routes an input request to the stdin socket with the shell's identity.
                 sock.setsockopt(zmq.IDENTITY, session.bsession)
-            sock.connect(_url(info, channel))
             self._sockets[channel] = sock
+            self._watch_handshake(channel, context)  # before connect(), or it could be missed
+            sock.connect(_url(info, channel))
             self._loop.add_reader(sock.fileno(), self._on_readable, sock)
 
     def send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
@@ -76,23 +92,32 @@ class KernelSockets:
         self.session.send(self._sockets[channel], msg)
         return str(msg["header"]["msg_id"])
 
+    async def connected(self, timeout: float) -> bool:
+        """True once every socket's handshake with the kernel is done; False after ``timeout`` s.
+
+        Only then is a message the kernel sends sure to arrive: the idle
+        status that proves a kernel ready, or an input request (lost, the
+        code would wait for its answer forever).
+        """
+        self._note_handshakes()
+        if self._handshaking and self._sockets and timeout > 0:
+            await self._wait(timeout)
+            self._note_handshakes()
+        return not self._handshaking and bool(self._sockets)
+
     async def receive(self, timeout: float) -> KernelMessage | None:
         """The next message from any channel, or None after ``timeout`` seconds."""
         if not self._pending:
             self._take()
         if not self._pending and self._sockets and timeout > 0:
-            waiter = self._waiter = self._loop.create_future()
-            timer = self._loop.call_later(timeout, _wake, waiter)
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                self._waiter = None
+            await self._wait(timeout)
             self._take()
         return self._pending.popleft() if self._pending else None
 
     def close(self) -> None:
         """Closes the sockets; a pending ``receive`` returns None."""
+        for channel in list(self._handshaking):
+            self._end_watch(channel)
         sockets, self._sockets = self._sockets, {}
         for sock in sockets.values():
             self._loop.remove_reader(sock.fileno())
@@ -101,6 +126,38 @@ class KernelSockets:
             _wake(self._waiter)
 
     # -- internals
+
+    async def _wait(self, timeout: float) -> None:
+        # Until a socket may have a message, a handshake is done, or the timeout.
+        waiter = self._waiter = self._loop.create_future()
+        timer = self._loop.call_later(timeout, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def _watch_handshake(self, channel: str, context: zmq.Context[Any]) -> None:
+        address = f"inproc://kernelexec-handshake-{next(_MONITORS)}"
+        self._sockets[channel].monitor(address, _HANDSHAKE)
+        monitor: zmq.Socket[bytes] = zmq.Socket(context, zmq.PAIR)
+        monitor.connect(address)
+        self._handshaking[channel] = monitor
+        self._loop.add_reader(monitor.fileno(), self._note_handshakes)
+
+    def _note_handshakes(self) -> None:
+        # The monitors report only the handshake, so any event is the one.
+        for channel, monitor in list(self._handshaking.items()):
+            if _readable(monitor):
+                self._end_watch(channel)
+        if not self._handshaking and self._waiter is not None:
+            _wake(self._waiter)
+
+    def _end_watch(self, channel: str) -> None:
+        monitor = self._handshaking.pop(channel)
+        self._loop.remove_reader(monitor.fileno())
+        self._sockets[channel].disable_monitor()
+        monitor.close(linger=0)
 
     def _on_readable(self, sock: zmq.Socket[bytes]) -> None:
         if not sock.closed and _readable(sock) and self._waiter is not None:
@@ -135,8 +192,8 @@ class KernelSockets:
                 "content": json.loads(content),
                 "buffers": frames[5:],
             }
-        except ValueError:
-            log.warning("kernelexec: dropped a message that is not JSON")
+        except (ValueError, RecursionError):  # a hostile kernel can nest deeper than we decode
+            log.warning("kernelexec: dropped a message that is not JSON (or nested too deep)")
             return None
         if not all(isinstance(msg[k], dict) for k in ("header", "parent_header", "content")):
             log.warning("kernelexec: dropped a message whose parts are not objects")

@@ -56,6 +56,10 @@ class Call(Generic[T]):
             # whose session refuses it as a result rather than the client crashing.
             content = json.dumps(self.json, ensure_ascii=True).encode("ascii")
             headers = {"Content-Type": "application/json"}
+        elif content is not None:
+            # Said even for an empty file: the server takes a PUT with no
+            # body and no type for a mistake.
+            headers = {"Content-Type": "application/octet-stream"}
         return {
             "content": content,
             "headers": headers,

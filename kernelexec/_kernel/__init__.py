@@ -4,7 +4,8 @@
 container's), which may not have kernelexec installed: these modules import
 only the standard library and ipykernel, and ``boot.py`` loads its siblings by
 path. Nothing here is imported by the rest of kernelexec except for the paths
-and constants below.
+and constants below, ``caps.py``'s byte caps, which the reducer applies to
+kernels it did not boot, and ``guard.py``'s process-tree and privilege calls.
 """
 
 from __future__ import annotations

@@ -4,9 +4,15 @@ Run by path with whatever Python hosts the kernel (it may not have kernelexec
 installed), so it imports nothing but the standard library and ipykernel, and
 loads its sibling modules by path:
 
-- ``guard.py``: the watchdog that ties the kernel's process tree to its owner,
-  and the app tweaks (no parent poller, no IOPub high-water mark, no sleep);
-- ``streams.py``: bounded, quick stream messages.
+- ``guard.py``: the supervisor and watchdog that tie the kernel's whole process
+  tree to its owner, the confinement that keeps the owner's secrets from the
+  kernel, and the app tweaks (no parent poller, no IOPub high-water mark, no
+  sleep, no connection file left on disk);
+- ``streams.py``: bounded, quick stream messages;
+- ``caps.py``: displays, results and errors cut to the session's byte caps
+  before they are sent;
+- ``exits.py``: ``exit``/``quit`` leave the kernel running (its session, not
+  its code or an attached console, ends it).
 
 History is kept in memory: an agent's code (and the secrets in it) does not go
 into the user's ~/.ipython history database, and concurrent kernels do not
@@ -43,7 +49,8 @@ def _connection_file(argv: list[str]) -> str | None:
 
 def main() -> None:
     guard = load("guard")
-    guard.start_watchdog(_connection_file(sys.argv))
+    # Returns in the kernel's own process; boot's stays behind as its supervisor.
+    guard.protect(_connection_file(sys.argv))
     try:
         from ipykernel import kernelapp
     except ImportError:
@@ -58,7 +65,9 @@ def main() -> None:
         f"--IPKernelApp.outstream_class={streams.__name__}.ChunkedOutStream",
         "--HistoryManager.hist_file=:memory:",
     ]
-    guard.guarded_app(kernelapp.IPKernelApp).launch_instance()
+    caps = load("caps")
+    app = caps.capped_app(guard.guarded_app(kernelapp.IPKernelApp))
+    load("exits").kept_app(app).launch_instance()
 
 
 if __name__ == "__main__":

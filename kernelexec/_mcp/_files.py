@@ -1,20 +1,22 @@
 """A session's files, as the MCP tools may show them: never outside its work dir.
 
-The rules are the HTTP server's (``_server/_files.py``), so both APIs refuse
-and list the same paths: relative only, no ``..``, no NUL or backslash, and a
-symlink may not lead out of the work dir.
+The rules are the HTTP server's, both through ``_workdir``: relative paths
+only, no ``..`` and no NUL, every name walked from a handle on the work dir
+with no link followed (a link is refused wherever it points), and a file is
+read from the handle that was opened, never by its path again.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from .. import _workdir
 from .._remote_models import FileInfo
 from .._server._errors import ApiError
 from .._server._files import list_files as _list_files
-from .._server._files import resolve_inside
 
-__all__ = ["FileRefused", "confined", "files_in"]
+__all__ = ["FileRefused", "confined", "files_in", "read_head", "read_notebook"]
 
 
 class FileRefused(Exception):
@@ -22,21 +24,61 @@ class FileRefused(Exception):
 
 
 def confined(work_dir: Path, path: str) -> Path:
-    """The file ``path`` names inside ``work_dir``.
+    """Where the file ``path`` names inside ``work_dir`` is, to name it in messages.
+
+    Checked by opening it, with no link followed; read it with ``read_head``,
+    never through the returned path.
 
     Raises:
-        FileRefused: the path is malformed, absolute, climbs or leads out, or is no file.
+        FileRefused: the path is malformed, absolute, climbs or leads through
+            a link, or is no regular file.
     """
-    root = work_dir.resolve()
+    read_head(work_dir, path, 0)
+    return work_dir.resolve().joinpath(*_workdir.parts_of(path))
+
+
+def read_head(work_dir: Path, path: str, limit: int, *, whole: bool = False) -> tuple[bytes, int]:
+    """At most the first ``limit`` bytes of the file ``path`` names, and its whole size.
+
+    Never more of the file in memory than ``limit``: a kernel can write a file
+    of any size, and the MCP server is shared by every session. With
+    ``whole``, a file over ``limit`` is not read at all (its bytes come back empty).
+
+    Raises:
+        FileRefused: as for ``confined``.
+    """
     try:
-        target = resolve_inside(root, path)
+        with _workdir.open_read(work_dir, path) as file:
+            size = os.fstat(file.fileno()).st_size
+            return (b"" if whole and size > limit else file.read(limit)), size
+    except _workdir.Refused as exc:
+        raise FileRefused(_message(exc, path)) from None
+
+
+def read_notebook(work_dir: Path, notebook: Path) -> bytes | None:
+    """A session's transcript, read whole; None before anything ran.
+
+    Raises:
+        FileRefused: the session's code put something else (a link) in its place.
+    """
+    try:
+        return _workdir.read_kept(notebook, work_dir)
+    except _workdir.Refused as exc:
+        raise FileRefused(
+            f"{exc}. The session's code replaced its transcript; the next execution writes it anew."
+        ) from None
+
+
+async def files_in(work_dir: Path) -> tuple[list[FileInfo], bool, list[str]]:
+    """Every file under ``work_dir`` as the HTTP API lists them, whether the list
+    was cut, and what was left out (links, pipes), counted."""
+    try:
+        return await _list_files(work_dir.resolve())
     except ApiError as exc:
         raise FileRefused(exc.message) from None
-    if not target.is_file():
-        raise FileRefused(f"no file {path!r} in the work dir; list_files shows what is there")
-    return target
 
 
-async def files_in(work_dir: Path) -> tuple[list[FileInfo], bool]:
-    """Every file under ``work_dir`` as the HTTP API lists them, and whether the list was cut."""
-    return await _list_files(work_dir.resolve())
+def _message(exc: _workdir.Refused, path: str) -> str:
+    if exc.reason in ("missing", "not_a_folder"):
+        return f"no file {path!r} in the work dir; list_files shows what is there"
+    return str(exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import mimetypes
 from collections.abc import AsyncIterator
@@ -18,7 +19,7 @@ from mcp.types import CallToolResult, ContentBlock, ImageContent, ResourceLink, 
 from .._models import ExecutionResult
 from .._session import AsyncSession
 from ..integrations._blocks import one_per_output
-from ._files import FileRefused, confined, files_in
+from ._files import FileRefused, confined, files_in, read_head, read_notebook
 from ._sessions import McpConfig, SessionError, Sessions
 
 __all__ = ["build_server"]
@@ -74,7 +75,7 @@ def build_server(config: McpConfig) -> MCPServer[Any]:
             result = await work.execute(code, language=language, timeout=seconds)
         blocks: list[ContentBlock] = [TextContent(type="text", text=_result_text(result))]
         for path in one_per_output(result.files):
-            blocks.append(_file_block(work.work_dir / path, path, session, config))
+            blocks.append(_file_block(work.work_dir, path, session, config))
         summary = {k: v for k, v in result.to_dict().items() if k != "outputs"}
         return CallToolResult(content=blocks, structured_content=summary, is_error=not result.ok)
 
@@ -99,9 +100,15 @@ def build_server(config: McpConfig) -> MCPServer[Any]:
     async def list_files(session: str = "default") -> str:
         """Lists the files in a session's work dir: path, size in bytes, modified time."""
         work_dir = _session(sessions, session).work_dir
-        files, cut = await files_in(work_dir)
+        try:
+            files, cut, skipped = await files_in(work_dir)
+        except FileRefused as exc:
+            raise ToolError(str(exc)) from exc
         listed = [f.to_dict() for f in files]
-        return json.dumps({"work_dir": str(work_dir), "files": listed, "truncated": cut}, indent=1)
+        return json.dumps(
+            {"work_dir": str(work_dir), "files": listed, "truncated": cut, "skipped": skipped},
+            indent=1,
+        )
 
     @server.tool()
     async def read_file(path: str, session: str = "default") -> list[ContentBlock]:
@@ -111,25 +118,34 @@ def build_server(config: McpConfig) -> MCPServer[Any]:
             path: relative to the work dir, e.g. "outputs/0001-1.png".
             session: the session's name.
         """
-        target = _confined(_session(sessions, session).work_dir, path)
+        work_dir = _session(sessions, session).work_dir
+        target = _confined(work_dir, path)  # named in messages; read through a handle
         if target.suffix.lower() in _INLINE_IMAGES:
-            return [_file_block(target, path, session, config)]
+            return [_file_block(work_dir, path, session, config)]
+        # Never the whole file: the first characters (at most 4 bytes each) will do.
         try:
-            text = target.read_text(encoding="utf-8")
+            head, size = read_head(work_dir, path, 4 * _MAX_TEXT_FILE)
+        except FileRefused as exc:
+            raise ToolError(str(exc)) from exc
+        try:
+            text = codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) == size)
         except UnicodeDecodeError:
             return [
                 TextContent(type="text", text=f"{path} is binary; here is a link."),
-                _link(target, path, session),
+                _link(path, session, size),
             ]
-        if len(text) <= _MAX_TEXT_FILE:
+        if len(text) <= _MAX_TEXT_FILE and len(head) == size:
             return [TextContent(type="text", text=text)]
+        link = _link(path, session, size)
         return [
             TextContent(
                 type="text",
-                text=f"{text[:_MAX_TEXT_FILE]}\n[... {path} has "
-                f"{len(text):,} characters; the first {_MAX_TEXT_FILE:,} are shown]",
+                text=f"{text[:_MAX_TEXT_FILE]}\n[... {path} has {size:,} bytes; its first "
+                f"{min(len(text), _MAX_TEXT_FILE):,} characters are shown. The whole file: "
+                f"read the resource {link.uri} (up to {config.max_file_bytes:,} bytes), or "
+                f"open {target} on the MCP server's machine]",
             ),
-            _link(target, path, session),
+            link,
         ]
 
     @server.tool()
@@ -138,21 +154,35 @@ def build_server(config: McpConfig) -> MCPServer[Any]:
         work = _session(sessions, session)
         await work.flush()
         relative = work.notebook_path.relative_to(work.work_dir).as_posix()
-        if not work.notebook_path.is_file():
+        try:
+            # Read whole, through a handle: never what a link at its name points to.
+            body = read_notebook(work.work_dir, work.notebook_path)
+        except FileRefused as exc:
+            raise ToolError(str(exc)) from exc
+        if body is None:
             return [TextContent(type="text", text="Nothing has run in this session yet.")]
-        link = _link(work.notebook_path, relative, session)
-        if work.notebook_path.stat().st_size > config.inline_limit:
+        link = _link(relative, session, len(body))
+        if len(body) > config.inline_limit:
             note = f"The notebook ({work.notebook_path}) is large: read it through the link."
             return [TextContent(type="text", text=note), link]
-        return [TextContent(type="text", text=work.notebook_path.read_text("utf-8")), link]
+        return [TextContent(type="text", text=body.decode("utf-8", "replace")), link]
 
     @server.resource(_URI, name="session_file", description="A file in a session's work dir")
     def session_file(session: str, path: str) -> bytes:
         try:
             work_dir = sessions.get(session).work_dir
-            return confined(work_dir, path).read_bytes()
+            target = confined(work_dir, path)  # named in messages; read through a handle
+            # One byte over: a file that grew since its size was read shows it.
+            data, size = read_head(work_dir, path, config.max_file_bytes + 1, whole=True)
         except (SessionError, FileRefused) as exc:
             raise ResourceError(str(exc)) from exc
+        if size > config.max_file_bytes or len(data) > config.max_file_bytes:
+            raise ResourceError(
+                f"{path} is {max(size, len(data)):,} bytes, over the "
+                f"{config.max_file_bytes:,} that kernelexec mcp sends (--max-file-mb); "
+                f"open {target} on the MCP server's machine"
+            )
+        return data
 
     return server
 
@@ -178,21 +208,29 @@ def _result_text(result: ExecutionResult) -> str:
     return text
 
 
-def _file_block(target: Path, relative: str, session: str, config: McpConfig) -> ContentBlock:
-    """An image inline when small, else a link the client can read."""
-    mime = _INLINE_IMAGES.get(target.suffix.lower())
-    if mime is not None and target.stat().st_size <= config.inline_limit:
-        data = base64.b64encode(target.read_bytes()).decode("ascii")
+def _file_block(work_dir: Path, relative: str, session: str, config: McpConfig) -> ContentBlock:
+    """An image inline when small, else a link the client can read.
+
+    Read through a handle with no link followed: the session's code may have
+    swapped the file for a link since it was saved.
+    """
+    mime = _INLINE_IMAGES.get(Path(relative).suffix.lower())
+    try:
+        head, size = read_head(work_dir, relative, config.inline_limit + 1)
+    except FileRefused as exc:
+        return TextContent(type="text", text=f"[kernelexec] {relative}: {exc}")
+    if mime is not None and len(head) == size <= config.inline_limit:
+        data = base64.b64encode(head).decode("ascii")
         return ImageContent(type="image", data=data, mime_type=mime)
-    return _link(target, relative, session)
+    return _link(relative, session, size)
 
 
-def _link(target: Path, relative: str, session: str) -> ResourceLink:
-    mime = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+def _link(relative: str, session: str, size: int) -> ResourceLink:
+    mime = mimetypes.guess_type(relative)[0] or "application/octet-stream"
     return ResourceLink(
         type="resource_link",
         uri=_URI_TEMPLATE.expand({"session": session, "path": relative}),
         name=relative,
         mime_type=mime,
-        size=target.stat().st_size,
+        size=size,
     )

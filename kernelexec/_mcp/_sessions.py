@@ -34,6 +34,9 @@ class McpConfig:
         kernel_name: the kernelspec every session runs.
         inline_limit: images up to this many bytes come back inline; larger
             ones (and every other file) as resource links.
+        max_file_bytes: the largest file a resource read returns; a larger
+            one is refused with its path on this machine (a read holds the
+            file, and its base64, in memory).
     """
 
     work_root: Path
@@ -42,6 +45,7 @@ class McpConfig:
     max_sessions: int = 8
     kernel_name: str = "python3"
     inline_limit: int = 64 * 1024
+    max_file_bytes: int = 32 * 1024 * 1024
 
 
 @dataclass

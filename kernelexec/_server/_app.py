@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from ._auth import TokenAuth
+from ._bodies import BodyLimit
 from ._config import ServerConfig
 from ._errors import exception_handlers
 from ._jupyter_api import JUPYTER_ROUTES
@@ -47,7 +48,11 @@ def create_app(config: ServerConfig) -> Starlette:
 
     app = Starlette(
         routes=[*ROUTES, *JUPYTER_ROUTES],
-        middleware=[Middleware(TokenAuth, token=config.token)],
+        # The token first: a stranger learns nothing, not even the body limit.
+        middleware=[
+            Middleware(TokenAuth, token=config.token),
+            Middleware(BodyLimit, limit=config.max_body),
+        ],
         exception_handlers=exception_handlers,
         lifespan=lifespan,
     )

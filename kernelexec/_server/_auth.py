@@ -17,19 +17,23 @@ class TokenAuth:
     """ASGI middleware: HTTP 401 unless ``Authorization: Bearer <token>`` matches.
 
     ``Authorization: token <token>`` works too, and WebSockets are checked the
-    same way (refused before the handshake).
+    same way (refused before the handshake). ``open_paths`` need no token
+    (the server's /health; none for ``kernelexec mcp --http``).
 
     The comparison takes the same time however much of the token is right.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str) -> None:
+    def __init__(
+        self, app: ASGIApp, *, token: str, open_paths: frozenset[str] | tuple[str, ...] = OPEN_PATHS
+    ) -> None:
         self.app = app
         self._token = token.encode("utf-8")
+        self._open = frozenset(open_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] not in ("http", "websocket")
-            or scope["path"] in OPEN_PATHS
+            or scope["path"] in self._open
             or self._allows(scope)
         ):
             await self.app(scope, receive, send)

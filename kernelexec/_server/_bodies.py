@@ -1,7 +1,9 @@
 """Request bodies: read within the size limit, parsed, and checked field by field.
 
-Every way a body can be wrong (too big, not UTF-8, not JSON, a field of the
-wrong type, an unknown field) ends as an HTTP 4xx naming the problem.
+Every way a body can be wrong (too big, not UTF-8, not JSON, nested too deep,
+a field of the wrong type, an unknown field) ends as an HTTP 4xx naming the
+problem. ``BodyLimit`` holds every route to the size limit, including routes
+that never read a body and the Jupyter API's.
 """
 
 from __future__ import annotations
@@ -14,11 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._config import ServerConfig
 from ._errors import ApiError
 
-__all__ = ["CreateRequest", "ExecuteRequest", "body_chunks", "parse_create", "parse_execute"]
+__all__ = [
+    "BodyLimit",
+    "CreateRequest",
+    "ExecuteRequest",
+    "body_chunks",
+    "parse_create",
+    "parse_execute",
+    "parse_start_kernel",
+]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -40,8 +51,45 @@ class ExecuteRequest:
 
 def _too_large(limit: int) -> ApiError:
     return ApiError(
-        413, "body_too_large", f"the request body is over {limit:,} bytes (the server's --max-body)"
+        413,
+        "body_too_large",
+        f"the request body is over {limit:,} bytes (the server's --max-body-mb)",
     )
+
+
+class BodyLimit:
+    """ASGI middleware: no request body over ``limit`` bytes reaches any route.
+
+    A declared Content-Length over the limit is answered 413 before routing;
+    a body that turns out longer (chunked, or lying) fails with 413 as soon as
+    the byte past the limit is received, whichever route reads it.
+    """
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
+                # Not digits: uvicorn refuses those first; this is the belt to its braces.
+                await _too_large(self.limit).response()(scope, receive, send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _too_large(self.limit)
+            return message
+
+        await self.app(scope, limited, send)
 
 
 async def body_chunks(request: Request, limit: int) -> AsyncIterator[bytes]:
@@ -65,7 +113,11 @@ async def _json_object(request: Request, limit: int) -> dict[str, Any]:
         data = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
         raise ApiError(400, "invalid_json", f"the body is not UTF-8: {exc}") from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise ApiError(
+            400, "invalid_json", "the body is not valid JSON: it is nested too deep"
+        ) from None
+    except ValueError as exc:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "the body must be a JSON object")
@@ -167,3 +219,27 @@ async def parse_execute(request: Request, config: ServerConfig) -> ExecuteReques
             raise ApiError(400, "invalid_request", "stdin must be a list of strings")
         stdin = [_text(line, "each stdin answer") for line in stdin]
     return ExecuteRequest(code, language, _timeout(data.get("timeout"), config), stdin)
+
+
+async def parse_start_kernel(
+    request: Request, config: ServerConfig, kernel_names: list[str]
+) -> str:
+    """The kernel name in the body of the Jupyter API's ``POST /api/kernels``.
+
+    jupyter_server sends ``{"name", "env"}`` (its gateway client) or ``{"name",
+    "path"}``; the rest of a Jupyter body has no meaning here and is ignored.
+    """
+    data = await _json_object(request, config.max_body)
+    env, path = data.get("env", {}), data.get("path", "")
+    if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+        raise ApiError(400, "invalid_request", "env must be an object of strings")
+    _text(path, "path")
+    given = data.get("name")
+    name = "python3" if given is None else _text(given, "name")
+    if name not in kernel_names:
+        raise ApiError(
+            400,
+            "unknown_kernel",
+            f"no kernel named {name[:100]!r} on this server; installed: {', '.join(kernel_names)}",
+        )
+    return name

@@ -1,108 +1,180 @@
 """A session's files over HTTP, confined to its work dir.
 
-A path comes in once decoded (by the HTTP server) and is refused when it, or
-any further decoding of it, is empty, absolute, holds a ``..`` segment, a
-backslash or a NUL. What is left is resolved (symlinks followed) and must
-still lie inside the work dir. Nothing here decodes a path a second time, so
-an encoded name can only ever name a file literally.
+The routes check a path's form (``_paths``); this module opens it, through
+``_workdir``: every name is walked from a handle on the work dir and no link
+is followed, so a kernel that swaps a folder for a link during a request
+gets nothing out of the work dir and puts nothing outside it. A download
+streams the very file that was opened, never a path opened again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import mimetypes
 import os
-import secrets
 from collections.abc import AsyncIterator
+from email.utils import formatdate
 from pathlib import Path
-from urllib.parse import unquote
+from typing import BinaryIO, Literal
 
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from .. import _workdir
 from .._remote_models import FileInfo
 from ._errors import ApiError
 
-__all__ = ["MAX_LISTED", "list_files", "resolve_inside", "write_file"]
+__all__ = ["MAX_LISTED", "FileBody", "download", "list_files", "read_notebook", "write_file"]
 
 MAX_LISTED = 10_000
+_CHUNK = 256 * 1024
+
+# What each refusal means to a reader and to a writer: (status, code).
+_ON_READ: dict[str, tuple[int, str]] = {
+    "invalid": (400, "invalid_path"),
+    "too_long": (404, "file_not_found"),
+    "link": (403, "outside_work_dir"),
+    "missing": (404, "file_not_found"),
+    "not_a_file": (404, "not_a_file"),  # a folder: no file by that name (the schema's path)
+    "not_a_folder": (404, "file_not_found"),
+    "denied": (403, "permission_denied"),
+    "busy": (409, "busy"),
+}
+_ON_WRITE = {
+    **_ON_READ,
+    "too_long": (409, "cannot_create"),
+    "not_a_file": (409, "not_a_file"),  # a folder holds the name: it conflicts, as in mkdir
+    "not_a_folder": (409, "cannot_create"),
+    "missing": (409, "cannot_create"),
+}
 
 
-def _why_unsafe(path: str) -> str | None:
-    if not path:
-        return "the path is empty"
-    if "\0" in path:
-        return "the path holds a NUL character"
-    if "\\" in path:
-        return "the path holds a backslash; use / between folders"
-    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
-        return "the path is absolute; give it relative to the session's work dir"
-    if ".." in path.split("/"):
-        return "the path holds a '..' segment"
-    return None
+def _api_error(exc: _workdir.Refused, on: Literal["read", "write"]) -> ApiError:
+    status, code = (_ON_READ if on == "read" else _ON_WRITE)[exc.reason]
+    hint = "; GET .../files lists the files" if status == 404 else ""
+    return ApiError(status, code, f"{exc}{hint}")
 
 
-def resolve_inside(root: Path, raw: str) -> Path:
-    """The file ``raw`` names in ``root`` (an absolute, resolved dir).
+async def list_files(root: Path) -> tuple[list[FileInfo], bool, list[str]]:
+    """Every regular file under ``root`` (at most MAX_LISTED), whether the list
+    was cut, and what was left out (links, pipes, unreadable folders), counted."""
+    try:
+        found = await asyncio.to_thread(_workdir.list_tree, root, max_files=MAX_LISTED)
+    except _workdir.Refused as exc:
+        if exc.reason == "missing":
+            return [], False, []
+        raise _api_error(exc, "read") from None
+    files = [FileInfo(e.path, e.size, e.modified) for e in found.files]
+    return files, found.truncated, found.skipped
+
+
+class FileBody(Response):
+    """A regular file already opened (no link followed), streamed in chunks.
+
+    The length and type are the opened file's; the file is closed once sent,
+    or when the client goes away.
+    """
+
+    def __init__(self, file: BinaryIO, name: str, *, head: bool = False) -> None:
+        info = os.fstat(file.fileno())
+        self.file, self.size, self.head = file, info.st_size, head
+        super().__init__(
+            headers={
+                "content-length": str(info.st_size),
+                "last-modified": formatdate(info.st_mtime, usegmt=True),
+            },
+            media_type=mimetypes.guess_type(name)[0] or "application/octet-stream",
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            left = 0 if self.head else self.size
+            while True:
+                chunk = await asyncio.to_thread(self.file.read, min(_CHUNK, left)) if left else b""
+                left -= len(chunk)
+                more = bool(chunk) and left > 0
+                await send({"type": "http.response.body", "body": chunk, "more_body": more})
+                if not more:
+                    return
+        finally:
+            self.file.close()
+
+
+def download(root: Path, raw: str, *, head: bool = False) -> FileBody:
+    """The response for a file of the work dir.
 
     Raises:
-        ApiError: 400 for a path that is malformed or tries to leave, 403 for
-            one that leaves through a symlink.
+        ApiError: 400/403/404 naming why the path cannot be served.
     """
-    decoded, seen = raw, set()
-    while decoded not in seen:  # %2e%2e, %252e%252e, ... each decoding checked
-        seen.add(decoded)
-        why = _why_unsafe(decoded)
-        if why is not None:
-            raise ApiError(400, "invalid_path", f"{why}: {raw[:200]!r}")
-        decoded = unquote(decoded)
-    target = (root / raw).resolve()
-    if not target.is_relative_to(root):
-        raise ApiError(
-            403,
-            "outside_work_dir",
-            f"{raw[:200]!r} leads outside the session's work dir (a symlink?)",
-        )
-    return target
-
-
-def _list(root: Path) -> tuple[list[FileInfo], bool]:
-    found: list[FileInfo] = []
-    for folder, dirs, names in os.walk(root):
-        dirs.sort()
-        for name in sorted(names):
-            path = Path(folder, name)
-            try:
-                if path.is_symlink() and not path.resolve().is_relative_to(root):
-                    continue
-                stat = path.stat()
-            except OSError:
-                continue  # gone since the walk saw it, or a dangling link
-            if len(found) == MAX_LISTED:
-                return found, True
-            found.append(FileInfo(path.relative_to(root).as_posix(), stat.st_size, stat.st_mtime))
-    return found, False
-
-
-async def list_files(root: Path) -> tuple[list[FileInfo], bool]:
-    """Every file under ``root`` (at most MAX_LISTED) and whether the list was cut."""
-    return await asyncio.to_thread(_list, root)
-
-
-async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes]) -> FileInfo:
-    """Writes an upload to ``raw`` in ``root``: whole, or (on any failure) not at all."""
-    target = resolve_inside(root, raw)
-    if target == root or target.is_dir():
-        raise ApiError(400, "not_a_file", f"{raw[:200]!r} is a folder; name a file")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+        file = _workdir.open_read(root, raw)
+    except _workdir.Refused as exc:
+        raise _api_error(exc, "read") from None
+    return FileBody(file, raw, head=head)
+
+
+async def write_file(
+    root: Path, raw: str, chunks: AsyncIterator[bytes], *, notebook: Path | None = None
+) -> FileInfo:
+    """Writes an upload to ``raw`` in ``root``: whole, or (on any failure) not at all.
+
+    Args:
+        root: the work dir.
+        raw: the path, relative to it.
+        chunks: the body.
+        notebook: the session's transcript, which an upload may not replace.
+
+    Raises:
+        ApiError: the path is refused (4xx, saying why), or the body failed.
+    """
+    try:
+        parts = _workdir.parts_of(raw)
+        if notebook is not None and _workdir.locate(notebook, root) == (root, parts):
+            raise ApiError(
+                409,
+                "reserved",
+                f"{raw[:200]!r} is the session's transcript, which kernelexec writes; "
+                "upload under another name",
+            )
+        upload = _workdir.Upload(root, parts)
+    except _workdir.Refused as exc:
+        raise _api_error(exc, "write") from None
+    try:
+        async for chunk in chunks:
+            await asyncio.to_thread(upload.write, chunk)
+    except BaseException:
+        upload.abort()
+        raise
+    try:
+        info = upload.commit()
+    except _workdir.Refused as exc:
+        raise _api_error(exc, "write") from None
+    return FileInfo("/".join(parts), info.st_size, info.st_mtime)
+
+
+def read_notebook(root: Path, notebook: Path) -> bytes | None:
+    """The transcript's bytes, read whole (None when there is none yet).
+
+    Whole, because the file is replaced by rename: a streamed read could
+    straddle two versions.
+
+    Raises:
+        ApiError: 409 when something other than a regular file (a link the
+            session's code made) holds the transcript's name.
+    """
+    try:
+        return _workdir.read_kept(notebook, root)
+    except _workdir.Refused as exc:
         raise ApiError(
-            409, "cannot_create", f"cannot create the folder for {raw[:200]!r}: {exc.strerror}"
+            409,
+            "notebook_unavailable",
+            f"{exc}. The session's code replaced its transcript; the next execution "
+            "writes it anew.",
         ) from None
-    partial = target.parent / f".upload-{secrets.token_hex(8)}.part"
-    try:
-        with partial.open("wb") as out:
-            async for chunk in chunks:
-                await asyncio.to_thread(out.write, chunk)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
-    stat = target.stat()
-    return FileInfo(target.relative_to(root).as_posix(), stat.st_size, stat.st_mtime)

@@ -9,6 +9,12 @@ client uses, and bridges them to the kernel through a ZMQ client of its own:
 a person sees the agent's variables and runs cells in the same kernel, but
 nothing they run enters the agent's transcript, whose reducer only takes
 replies to the agent's own requests.
+
+Nothing on the channels ends or replaces a kernel: a ``shutdown_request``
+(a console's ``exit``, or its restart) is answered with an error instead of
+being sent on. Kernels are shut down and restarted through the REST routes,
+which go through the session (a restart is recorded in its transcript), and
+an agent's kernel cannot be shut down from here at all.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 import uuid
 from typing import Any
@@ -23,19 +30,21 @@ from typing import Any
 import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous.client import AsyncKernelClient
-from jupyter_client.jsonutil import json_default
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ._bodies import CreateRequest
+from .._backends._wire import json_frame, new_message
+from ._bodies import CreateRequest, parse_start_kernel
 from ._errors import ApiError, JSONResponse
 from ._registry import Entry
+from ._routes import route
 
 __all__ = ["JUPYTER_ROUTES"]
 
 _CHANNELS = ("shell", "iopub", "stdin", "control")
+_REQUEST_CHANNELS = frozenset({"shell", "stdin", "control"})  # iopub only goes to clients
 _NUDGE_SECONDS = 10.0  # then bridge anyway: a kernel that silent has bigger problems
 
 
@@ -60,9 +69,13 @@ def kernel_id(session_id: str) -> str:
         return session_id
 
 
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def _session_id(request: Request | WebSocket) -> str:
     # Either form: the 32 hex digits of the kernelexec API, or the UUID of Jupyter's.
-    return str(request.path_params["kernel_id"]).replace("-", "")
+    given = str(request.path_params["kernel_id"])
+    return given.replace("-", "") if _UUID.fullmatch(given) else given
 
 
 def _model(entry: Entry) -> dict[str, Any]:
@@ -105,14 +118,9 @@ async def list_kernels(request: Request) -> Response:
 
 async def start_kernel(request: Request) -> Response:
     # JupyterLab starts a kernel for every new notebook; it is a session like any other.
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError:
-        body = {}
-    name = body.get("name") if isinstance(body, dict) else None
     names = request.app.state.kexec.kernel_names
     config = request.app.state.kexec.config
-    kernel_name = name if isinstance(name, str) and name in names else "python3"
+    kernel_name = await parse_start_kernel(request, config, names)
     entry = await _registry(request).create(
         CreateRequest(kernel_name=kernel_name, env={}, timeout=config.max_timeout)
     )
@@ -140,29 +148,13 @@ async def shutdown_kernel(request: Request) -> Response:
 
 
 async def interrupt_kernel(request: Request) -> Response:
-    entry = _registry(request).get_live(_session_id(request))
-    await entry.session.interrupt()
+    await _registry(request).interrupt(_session_id(request))
     return Response(status_code=204)
 
 
 async def restart_kernel(request: Request) -> Response:
-    async with _registry(request).using(_session_id(request)) as entry:
-        await entry.session.restart()
-        return JSONResponse(_model(entry))
-
-
-async def connection(request: Request) -> Response:
-    """The kernel's connection file contents, for ``kernelexec attach``/``jupyter console``."""
-    entry = _registry(request).get_live(_session_id(request))
-    info = entry.session.connection_info
-    if info is None:
-        raise ApiError(
-            409,
-            "no_connection_file",
-            "this session's kernel runs on a backend "
-            "without a local connection file; attach through /api/kernels instead",
-        )
-    return JSONResponse(info)
+    # Through the session, which records the restart in the agent's transcript.
+    return JSONResponse(_model(await _registry(request).restart(_session_id(request))))
 
 
 async def channels(websocket: WebSocket) -> None:
@@ -207,6 +199,42 @@ async def _nudge(client: AsyncKernelClient) -> set[str]:
     return asked
 
 
+def _request(frame: str) -> tuple[dict[str, Any] | None, str]:
+    """A client's frame as a message to send on, and its channel; None if it is none."""
+    try:
+        msg = json.loads(frame)
+    except (ValueError, RecursionError):
+        return None, ""
+    if not isinstance(msg, dict):
+        return None, ""
+    channel, header = msg.pop("channel", None), msg.get("header")
+    if not (isinstance(header, dict) and isinstance(header.get("msg_type"), str)):
+        return None, ""
+    msg.pop("buffers", None)
+    return msg, str(channel)
+
+
+def _refuse_shutdown(msg: dict[str, Any], session: str) -> dict[str, Any]:
+    """The reply to a shutdown or restart request, which never reaches an agent's kernel.
+
+    JupyterLab restarts and shuts kernels down through the REST API; a
+    ``shutdown_request`` on the channels comes from a console (``exit``, or
+    its own restart), and would end an agent's kernel behind its session's
+    back. The reply is an error the client shows, so it does not wait.
+    """
+    content = msg.get("content")
+    restart = bool(content.get("restart")) if isinstance(content, dict) else False
+    action = "restarted" if restart else "shut down"
+    how = "POST /sessions/{id}/restart" if restart else "DELETE /sessions/{id}"
+    evalue = (
+        f"kernelexec: this kernel belongs to a kernelexec session and is not {action} "
+        f"from a console; use {how} on the server (JupyterLab's own menu does the same)"
+    )
+    error = {"status": "error", "restart": restart, "ename": "ShutdownRefused"}
+    error |= {"evalue": evalue, "traceback": [evalue]}
+    return new_message("shutdown_reply", error, session=session, parent=msg["header"])
+
+
 async def _bridge(
     websocket: WebSocket, client: AsyncKernelClient, entry: Entry, ours: set[str]
 ) -> None:
@@ -218,15 +246,18 @@ async def _bridge(
                 frame = await websocket.receive_text()
             except (WebSocketDisconnect, KeyError):
                 return
-            try:
-                msg = json.loads(frame)
-                channel = msg.pop("channel")
-                socket = sockets[channel]
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # not a Jupyter message: nothing to forward
-            msg.pop("buffers", None)
+            msg, channel = _request(frame)
+            if msg is None or channel not in _REQUEST_CHANNELS:
+                continue  # not a Jupyter request: nothing to forward
             entry.touch()
-            client.session.send(socket, msg)
+            if msg["header"]["msg_type"] == "shutdown_request":
+                refusal = _refuse_shutdown(msg, client.session.session)
+                await websocket.send_text(json_frame(channel, refusal))
+                continue
+            try:
+                client.session.send(sockets[channel], msg)
+            except (KeyError, TypeError, ValueError, zmq.ZMQError):
+                continue  # a message the session cannot sign and send: dropped
 
     async def to_browser() -> None:
         poller = zmq.asyncio.Poller()
@@ -242,17 +273,7 @@ async def _bridge(
                 msg = client.session.deserialize(parts)
                 if msg["parent_header"].get("msg_id") in ours:
                     continue
-                frame = {
-                    "channel": channel,
-                    "header": msg["header"],
-                    "parent_header": msg["parent_header"],
-                    "metadata": msg["metadata"],
-                    "content": msg["content"],
-                    "msg_id": msg["header"].get("msg_id"),
-                    "msg_type": msg["header"].get("msg_type"),
-                    "buffers": [],
-                }
-                await websocket.send_text(json.dumps(frame, default=json_default))
+                await websocket.send_text(json_frame(channel, msg))
 
     tasks = [asyncio.ensure_future(to_kernel()), asyncio.ensure_future(to_browser())]
     try:
@@ -265,14 +286,13 @@ async def _bridge(
                 await task
 
 
+_KERNEL = "/api/kernels/{kernel_id}"
+
 JUPYTER_ROUTES: list[BaseRoute] = [
-    Route("/api/kernelspecs", kernelspecs, methods=["GET"]),
-    Route("/api/kernels", list_kernels, methods=["GET"]),
-    Route("/api/kernels", start_kernel, methods=["POST"]),
-    Route("/api/kernels/{kernel_id}", get_kernel, methods=["GET"]),
-    Route("/api/kernels/{kernel_id}", shutdown_kernel, methods=["DELETE"]),
-    Route("/api/kernels/{kernel_id}/interrupt", interrupt_kernel, methods=["POST"]),
-    Route("/api/kernels/{kernel_id}/restart", restart_kernel, methods=["POST"]),
-    WebSocketRoute("/api/kernels/{kernel_id}/channels", channels),
-    Route("/sessions/{kernel_id}/connection", connection, methods=["GET"]),
+    route("/api/kernelspecs", GET=kernelspecs),
+    route("/api/kernels", GET=list_kernels, POST=start_kernel),
+    route(_KERNEL, GET=get_kernel, DELETE=shutdown_kernel),
+    route(f"{_KERNEL}/interrupt", POST=interrupt_kernel),
+    route(f"{_KERNEL}/restart", POST=restart_kernel),
+    WebSocketRoute(f"{_KERNEL}/channels", channels),
 ]

@@ -1,7 +1,10 @@
 """The OpenAPI 3.1 description of the HTTP API, served at /openapi.json.
 
 Written by hand next to the routes; the test suite runs schemathesis against
-it, which checks each answer's status, content type and body against it.
+it with every check, which holds each answer's status, content type, headers
+and body to it, and each request it calls invalid to a refusal. OpenAPI 3.2,
+for ``itemSchema``: the streaming route's body is a sequence of events, each
+described on its own.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from typing import Any
 
 from .. import __version__
 from ._config import ServerConfig
+from ._paths import path_schema
 
 __all__ = ["openapi_schema"]
 
@@ -25,17 +29,18 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
+    """The error answers an operation can give; 401 and 413 every one can."""
     said = {
         400: "Malformed request",
         401: "Missing or wrong token",
-        403: "Path leaves the work dir",
+        403: "Path leaves the work dir, or the kernel is an agent's",
         404: "No such session (or file)",
-        409: "The session was culled or closed",
-        413: "Body over --max-body",
+        409: "The session was culled, closed or deleted, or the file cannot be written",
+        413: "Body over --max-body-mb (any route)",
         429: "At --max-sessions",
         503: "Kernel start failed, or the server is shutting down",
     }
-    return {str(s): _json(_ref("Error"), said[s]) for s in (401, *statuses)}
+    return {str(s): _json(_ref("Error"), said[s]) for s in sorted({401, 413, *statuses})}
 
 
 def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -52,8 +57,19 @@ _PATH = {
     "name": "path",
     "in": "path",
     "required": True,
-    "description": "A file's path relative to the session's work dir",
-    "schema": {"type": "string", "minLength": 1},
+    "description": "A file's path relative to the session's work dir: names joined by '/', "
+    "none empty, '.' or '..', without NUL, backslash or percent-escapes",
+    "schema": path_schema(),
+}
+_KERNEL_ID = {
+    "name": "kernel_id",
+    "in": "path",
+    "required": True,
+    "description": "A session's id, in UUID form (as Jupyter writes it) or as 32 hex digits",
+    "schema": {
+        "type": "string",
+        "pattern": "^([0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$",
+    },
 }
 
 
@@ -173,12 +189,141 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
             "properties": {
                 "files": {"type": "array", "items": _ref("FileInfo")},
                 "truncated": {"type": "boolean"},
+                "skipped": {"type": "array", "items": {"type": "string"}},
             },
         },
         "Health": {
             "type": "object",
             "required": ["status"],
             "properties": {"status": text, "version": text},
+        },
+        "Dropped": {
+            "type": "object",
+            "required": ["outputs", "chars"],
+            "properties": {"outputs": {"type": "integer"}, "chars": {"type": "integer"}},
+        },
+        "Event": {
+            "description": "One server-sent event; its data is one line of JSON",
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": {
+                "event": {"enum": ["output", "dropped", "result", "error"]},
+                "data": {"type": "string", "contentMediaType": _JSON},
+            },
+            "oneOf": [
+                _event("output", {"type": "object", "required": ["output_type"]}),
+                _event("dropped", _ref("Dropped")),
+                _event("result", _ref("ExecutionResult")),
+                _event("error", _ref("Error")),
+            ],
+        },
+        **_jupyter_schemas(kernel_names),
+    }
+
+
+def _event(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"properties": {"event": {"const": name}, "data": {"contentSchema": data}}}
+
+
+def _jupyter_schemas(kernel_names: list[str]) -> dict[str, Any]:
+    text = {"type": "string"}
+    return {
+        "Kernel": {
+            "type": "object",
+            "required": ["id", "name", "last_activity", "execution_state", "connections"],
+            "properties": {
+                "id": _KERNEL_ID["schema"],
+                "name": text,
+                "last_activity": text,
+                "execution_state": {"enum": ["starting", "idle", "busy", "dead"]},
+                "connections": {"type": "integer"},
+            },
+        },
+        "KernelList": {"type": "array", "items": _ref("Kernel")},
+        "KernelSpecs": {
+            "type": "object",
+            "required": ["default", "kernelspecs"],
+            "properties": {
+                "default": text,
+                "kernelspecs": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "object",
+                        "required": ["name", "spec"],
+                        "properties": {"name": text, "spec": {"type": "object"}},
+                    },
+                },
+            },
+        },
+        "StartKernel": {
+            "type": "object",
+            "description": "Other fields of a Jupyter client's body are ignored",
+            "properties": {
+                "name": {"enum": [*kernel_names, None], "description": "null: python3"},
+                "env": {
+                    "type": "object",
+                    "additionalProperties": text,
+                    "description": "ignored: a kernel JupyterLab starts gets the server's",
+                },
+                "path": text,
+            },
+        },
+    }
+
+
+def _jupyter_paths() -> dict[str, Any]:
+    """The Jupyter kernels API, for JupyterLab (its WebSocket channels are not HTTP)."""
+    kernel = [_KERNEL_ID]
+    tags = {"tags": ["jupyter"]}
+    return {
+        "/api/kernelspecs": {
+            "get": _op(
+                "The kernelspecs sessions may use",
+                {"200": _json(_ref("KernelSpecs"), "Kernelspecs"), **_errors()},
+                **tags,
+            )
+        },
+        "/api/kernels": {
+            "get": _op(
+                "Every session's kernel",
+                {"200": _json(_ref("KernelList"), "Kernels"), **_errors()},
+                **tags,
+            ),
+            "post": _op(
+                "Start a kernel: a new session, which JupyterLab may also shut down",
+                {"201": _json(_ref("Kernel"), "Started"), **_errors(400, 429, 503)},
+                requestBody={"content": {_JSON: {"schema": _ref("StartKernel")}}},
+                **tags,
+            ),
+        },
+        "/api/kernels/{kernel_id}": {
+            "parameters": kernel,
+            "get": _op(
+                "A kernel",
+                {"200": _json(_ref("Kernel"), "The kernel"), **_errors(404, 409)},
+                **tags,
+            ),
+            "delete": _op(
+                "Shut down a kernel JupyterLab started (an agent's: 403)",
+                {"204": {"description": "Shut down"}, **_errors(403, 404)},
+                **tags,
+            ),
+        },
+        "/api/kernels/{kernel_id}/interrupt": {
+            "parameters": kernel,
+            "post": _op(
+                "Interrupt a kernel",
+                {"204": {"description": "Interrupted"}, **_errors(404, 409)},
+                **tags,
+            ),
+        },
+        "/api/kernels/{kernel_id}/restart": {
+            "parameters": kernel,
+            "post": _op(
+                "Restart a kernel (recorded in its session's transcript)",
+                {"200": _json(_ref("Kernel"), "Restarted"), **_errors(404, 409, 503)},
+                **tags,
+            ),
         },
     }
 
@@ -197,13 +342,13 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
         },
         "/openapi.json": {
             "get": _op(
-                "This schema", {"200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors()}
+                "This schema", {"200": _json({"type": "object"}, "OpenAPI 3.2"), **_errors()}
             )
         },
         "/sessions": {
             "post": _op(
                 "Create a session and start its kernel",
-                {"201": _json(_ref("Session"), "Created"), **_errors(400, 413, 429, 503)},
+                {"201": _json(_ref("Session"), "Created"), **_errors(400, 409, 429, 503)},
                 requestBody={"content": {_JSON: {"schema": _ref("CreateSession")}}},
             ),
             "get": _op(
@@ -245,8 +390,9 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                 "Run code; server-sent events: an 'output' event per output, then 'result'",
                 {
                     "200": {
-                        "description": "text/event-stream",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "description": "Server-sent events: 'output' per live output, "
+                        "'dropped' for those left out, then 'result' (or 'error')",
+                        "content": {"text/event-stream": {"itemSchema": _ref("Event")}},
                     },
                     **_errors(400, 404, 409, 413, 503),
                 },
@@ -271,7 +417,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
             "parameters": session,
             "get": _op(
                 "Files in the work dir",
-                {"200": _json(_ref("FileList"), "The files"), **_errors(404)},
+                {"200": _json(_ref("FileList"), "The files"), **_errors(403, 404)},
             ),
         },
         "/sessions/{session_id}/files/{path}": {
@@ -283,7 +429,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                         "description": "The file's bytes",
                         "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
                     },
-                    **_errors(400, 403, 404),
+                    **_errors(400, 403, 404, 409),
                 },
             ),
             "put": _op(
@@ -308,13 +454,14 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                         "description": "The notebook",
                         "content": {"application/x-ipynb+json": {"schema": {"type": "object"}}},
                     },
-                    **_errors(404),
+                    **_errors(404, 409),
                 },
             ),
         },
     }
+    paths.update(_jupyter_paths())
     return {
-        "openapi": "3.1.0",
+        "openapi": "3.2.0",
         "info": {
             "title": "kernelexec",
             "version": __version__,

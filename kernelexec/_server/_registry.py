@@ -7,16 +7,16 @@ import contextlib
 import logging
 import re
 import secrets
-import shutil
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._exceptions import ConfigurationError, KernelStartError
+from .._exceptions import ConfigurationError, KernelStartError, SessionClosedError
 from .._pool import KernelPool
 from .._remote_models import SessionInfo, SessionState
 from .._session import AsyncSession
+from .._workdir import remove_tree
 from ._bodies import CreateRequest
 from ._config import ServerConfig
 from ._errors import ApiError
@@ -42,6 +42,8 @@ class Entry:
     busy: int = 0  # requests using the kernel now (executions, restarts)
     starting: bool = True
     culled: bool = False
+    deleted: bool = False
+    start_task: asyncio.Future[AsyncSession] | None = field(default=None, repr=False)
 
     @property
     def state(self) -> SessionState:
@@ -121,17 +123,36 @@ class Registry:
             raise ApiError(503, "work_root_unusable", str(exc)) from None
         entry = Entry(session_id, session, request.kernel_name, request.timeout)
         self._entries[session_id] = entry  # counted against the limit while it starts
+        # A task of its own, so that a DELETE meanwhile can wait for the start
+        # to end before it shuts the kernel down: closing a session in the
+        # middle of its start could leave a kernel nobody owns.
+        entry.start_task = start = asyncio.ensure_future(session.start())
         try:
-            await session.start()
-        except KernelStartError as exc:
-            del self._entries[session_id]
-            await session.close()
-            raise ApiError(503, "kernel_start_failed", str(exc)) from None
-        except BaseException:
-            del self._entries[session_id]
-            await session.close()
-            raise
-        entry.starting = False
+            await asyncio.shield(start)
+        except BaseException as exc:
+            # Cancelled (the creator went away) or failed: the kernel is closed
+            # once its start has ended, never while it is half made.
+            await asyncio.wait([start])
+            if not start.cancelled():
+                start.exception()  # retrieved here, reported below
+            if not entry.deleted:  # else the DELETE closes it
+                self._entries.pop(session_id, None)
+                await session.close()
+            if entry.deleted and isinstance(exc, Exception):
+                pass  # deleted meanwhile: what the creator needs to know is the 409 below
+            elif isinstance(exc, KernelStartError):
+                raise ApiError(503, "kernel_start_failed", str(exc)) from None
+            else:
+                raise
+        finally:
+            entry.starting = False
+        if entry.deleted:
+            raise ApiError(
+                409,
+                "session_deleted",
+                f"session {session_id} was deleted (DELETE /sessions/{{id}}) while its "
+                "kernel was starting; create a new session",
+            )
         entry.touch()
         return entry
 
@@ -191,13 +212,43 @@ class Registry:
         finally:
             self.release(entry)
 
+    async def interrupt(self, session_id: str) -> Entry:
+        """Interrupts what the session's kernel runs; HTTP 409 if it closed meanwhile."""
+        entry = self.get_live(session_id)
+        entry.touch()
+        try:
+            await entry.session.interrupt()
+        except SessionClosedError:
+            raise _closed_meanwhile() from None
+        return entry
+
+    async def restart(self, session_id: str) -> Entry:
+        """Replaces the session's kernel, as its transcript records; 409 or 503 if it cannot."""
+        async with self.using(session_id) as entry:
+            try:
+                await entry.session.restart()
+            except SessionClosedError:
+                raise _closed_meanwhile() from None
+            except KernelStartError as exc:
+                raise ApiError(503, "kernel_start_failed", str(exc)) from None
+        return entry
+
     async def delete(self, session_id: str, *, purge: bool) -> Entry:
-        """Shuts the session's kernel down and forgets it; its files stay unless ``purge``."""
+        """Shuts the session's kernel down and forgets it; its files stay unless ``purge``.
+
+        A session still starting is forgotten at once (its creator is told
+        with a 409) and shut down as soon as its start ends.
+        """
         entry = self.get(session_id)
         del self._entries[session_id]
+        entry.deleted = True
+        if entry.start_task is not None and not entry.start_task.done():
+            await asyncio.wait([entry.start_task])
+            if not entry.start_task.cancelled():
+                entry.start_task.exception()  # retrieved: the creator reports it
         await entry.session.close()
         if purge:
-            await asyncio.to_thread(shutil.rmtree, entry.work_dir, ignore_errors=True)
+            await asyncio.to_thread(remove_tree, entry.work_dir)
         return entry
 
     async def cull_idle(self) -> list[str]:
@@ -245,3 +296,7 @@ class Registry:
                 "shutting_down",
                 "the server is shutting down; start it again and create a new session",
             )
+
+
+def _closed_meanwhile() -> ApiError:
+    return ApiError(409, "session_closed", "the session was closed meanwhile")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import __version__
@@ -18,11 +18,14 @@ from .._models import ExecutionResult
 from ._bodies import ExecuteRequest, body_chunks, parse_create, parse_execute
 from ._config import ServerConfig
 from ._errors import ApiError, JSONResponse
-from ._files import list_files, resolve_inside, write_file
+from ._files import download as file_download
+from ._files import list_files, read_notebook, write_file
+from ._paths import check_file_path, too_long
 from ._registry import Entry, Registry
+from ._results import result_json
 from ._sse import OutputQueue, execution_events
 
-__all__ = ["ROUTES", "ServerState"]
+__all__ = ["ROUTES", "ServerState", "route"]
 
 _EMPTY_NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
@@ -107,7 +110,7 @@ async def execute(request: Request) -> Response:
     body = await parse_execute(request, state.config)
     async with state.registry.using(_id(request)) as entry:
         result = await _execute(entry, body, None)
-    return JSONResponse(result.to_dict())
+    return Response(result_json(result), media_type="application/json")
 
 
 async def execute_stream(request: Request) -> Response:
@@ -144,67 +147,80 @@ def _forget(tasks: set[asyncio.Task[ExecutionResult]]) -> Callable[[asyncio.Task
 
 
 async def interrupt(request: Request) -> Response:
-    entry = _state(request).registry.get_live(_id(request))
-    entry.touch()
-    try:
-        await entry.session.interrupt()
-    except SessionClosedError:
-        raise ApiError(409, "session_closed", "the session was closed meanwhile") from None
+    entry = await _state(request).registry.interrupt(_id(request))
     return JSONResponse(entry.info().to_dict())
 
 
 async def restart(request: Request) -> Response:
-    async with _state(request).registry.using(_id(request)) as entry:
-        try:
-            await entry.session.restart()
-        except SessionClosedError:
-            raise ApiError(409, "session_closed", "the session was closed meanwhile") from None
-        except KernelStartError as exc:
-            raise ApiError(503, "kernel_start_failed", str(exc)) from None
+    entry = await _state(request).registry.restart(_id(request))
     return JSONResponse(entry.info().to_dict())
 
 
 async def files(request: Request) -> Response:
     entry = _state(request).registry.get(_id(request))
-    found, truncated = await list_files(entry.work_dir)
-    return JSONResponse({"files": [f.to_dict() for f in found], "truncated": truncated})
+    found, truncated, skipped = await list_files(entry.work_dir)
+    return JSONResponse(
+        {"files": [f.to_dict() for f in found], "truncated": truncated, "skipped": skipped}
+    )
 
 
 async def download(request: Request) -> Response:
     entry = _state(request).registry.get(_id(request))
-    raw = str(request.path_params["path"])
-    target = resolve_inside(entry.work_dir, raw)
-    if target.is_dir():
+    raw = check_file_path(str(request.path_params["path"]))
+    if too_long(raw):
         raise ApiError(
-            400, "not_a_file", f"{raw[:200]!r} is a folder; GET .../files lists every file"
+            404, "file_not_found", f"no file {raw[:200]!r}: it is longer than a file system allows"
         )
-    if not target.is_file():
-        raise ApiError(
-            404,
-            "file_not_found",
-            f"no file {raw[:200]!r} in the session's work dir; GET .../files lists them",
-        )
-    return FileResponse(target)
+    # Opened once, with no link followed, and that very file is sent.
+    return await asyncio.to_thread(
+        file_download, entry.work_dir, raw, head=request.method == "HEAD"
+    )
 
 
 async def upload(request: Request) -> Response:
     state = _state(request)
     entry = state.registry.get(_id(request))
     entry.touch()
-    raw = str(request.path_params["path"])
-    info = await write_file(entry.work_dir, raw, body_chunks(request, state.config.max_body))
+    raw = check_file_path(str(request.path_params["path"]))
+    if too_long(raw):
+        raise ApiError(
+            409,
+            "cannot_create",
+            f"cannot create {raw[:200]!r}: it is longer than a file system allows",
+        )
+    _require_body(request)
+    info = await write_file(
+        entry.work_dir,
+        raw,
+        body_chunks(request, state.config.max_body),
+        notebook=entry.session.notebook_path,
+    )
     return JSONResponse(info.to_dict(), status_code=201)
+
+
+def _require_body(request: Request) -> None:
+    # An empty body is an empty file only when the client says it sends one:
+    # a PUT with no body and no Content-Type is a mistake, not a request to
+    # empty the file.
+    headers = request.headers
+    if (
+        "content-type" not in headers
+        and "transfer-encoding" not in headers
+        and headers.get("content-length", "0") == "0"
+    ):
+        raise ApiError(
+            400,
+            "missing_body",
+            "send the file's bytes as the body; for an empty file, send an empty body "
+            "with 'Content-Type: application/octet-stream'",
+        )
 
 
 async def notebook(request: Request) -> Response:
     entry = _state(request).registry.get(_id(request))
     await entry.session.flush()
-    path = entry.session.notebook_path
-    # Read whole: the transcript is replaced by rename, and a streamed read
-    # could straddle two versions.
-    if path.is_file():
-        body = await asyncio.to_thread(path.read_bytes)
-    else:
+    body = await asyncio.to_thread(read_notebook, entry.work_dir, entry.session.notebook_path)
+    if body is None:
         body = json.dumps(_EMPTY_NOTEBOOK).encode()
     return Response(body, media_type="application/x-ipynb+json")
 
@@ -212,7 +228,7 @@ async def notebook(request: Request) -> Response:
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def _route(path: str, **handlers: Endpoint) -> Route:
+def route(path: str, **handlers: Endpoint) -> Route:
     """One route for every method on a path, so a 405's Allow header lists them all."""
     if "GET" in handlers:
         handlers["HEAD"] = handlers["GET"]
@@ -226,15 +242,15 @@ def _route(path: str, **handlers: Endpoint) -> Route:
 _SESSION = "/sessions/{session_id}"
 
 ROUTES = [
-    _route("/health", GET=health),
-    _route("/openapi.json", GET=openapi),
-    _route("/sessions", GET=list_sessions, POST=create_session),
-    _route(_SESSION, GET=get_session, DELETE=delete_session),
-    _route(f"{_SESSION}/execute", POST=execute),
-    _route(f"{_SESSION}/execute/stream", POST=execute_stream),
-    _route(f"{_SESSION}/interrupt", POST=interrupt),
-    _route(f"{_SESSION}/restart", POST=restart),
-    _route(f"{_SESSION}/files", GET=files),
-    _route(f"{_SESSION}/files/{{path:path}}", GET=download, PUT=upload),
-    _route(f"{_SESSION}/notebook", GET=notebook),
+    route("/health", GET=health),
+    route("/openapi.json", GET=openapi),
+    route("/sessions", GET=list_sessions, POST=create_session),
+    route(_SESSION, GET=get_session, DELETE=delete_session),
+    route(f"{_SESSION}/execute", POST=execute),
+    route(f"{_SESSION}/execute/stream", POST=execute_stream),
+    route(f"{_SESSION}/interrupt", POST=interrupt),
+    route(f"{_SESSION}/restart", POST=restart),
+    route(f"{_SESSION}/files", GET=files),
+    route(f"{_SESSION}/files/{{path:path}}", GET=download, PUT=upload),
+    route(f"{_SESSION}/notebook", GET=notebook),
 ]

@@ -15,7 +15,7 @@ from ._app import create_app
 from ._config import ServerConfig
 from ._registry import Registry
 
-__all__ = ["serve"]
+__all__ = ["listen", "run_until_signalled", "serve"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -71,13 +71,7 @@ def serve(
     """
     # Bound here, not by uvicorn, so that port 0 can be reported: a port chosen
     # free beforehand could be taken by another process before it is bound.
-    try:
-        sock = _listen(config.host.strip("[]"), config.port)
-    except OSError as exc:
-        raise ConfigurationError(
-            f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}; "
-            "choose another port (port 0 picks a free one)"
-        ) from exc
+    sock = listen(config.host, config.port)
     if on_listening is not None:
         on_listening(sock.getsockname()[1])
     app = create_app(config)
@@ -90,7 +84,14 @@ def serve(
         timeout_graceful_shutdown=30,
         server_header=False,
     )
-    server = _Server(uv_config, app.state.kexec.registry)
+    run_until_signalled(_Server(uv_config, app.state.kexec.registry), sock)
+
+
+def run_until_signalled(server: uvicorn.Server, sock: socket.socket) -> None:
+    """Runs ``server`` on ``sock`` until SIGTERM or SIGINT, then returns (exit status 0).
+
+    Closes the socket when done.
+    """
     previous = {sig: signal.signal(sig, _ignore) for sig in _SIGNALS}
     try:
         server.run(sockets=[sock])
@@ -98,6 +99,21 @@ def serve(
         sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free one).
+
+    Raises:
+        ConfigurationError: the address cannot be bound (in use, or not this machine's).
+    """
+    try:
+        return _listen(host.strip("[]"), port)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
+            "choose another port (port 0 picks a free one)"
+        ) from exc
 
 
 def _listen(host: str, port: int) -> socket.socket:

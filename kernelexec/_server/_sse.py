@@ -16,8 +16,10 @@ Events, in the order they happen:
   event, exactly as ``AsyncSession.execute(on_output=...)`` sees them. Stream
   text waiting for a slow reader is merged into one event per stream.
 - ``dropped``: ``{"outputs": n, "chars": m}``: live outputs left out because
-  the reader fell more than the server's stream buffer behind; the final
-  result still holds them.
+  the reader fell more than the server's stream buffer behind, or because one
+  output alone is bigger than that buffer (or is not strict JSON); ``chars``
+  is about how many characters they hold. The final result still has them
+  (capped as every result is).
 - ``result``: the last event, ``ExecutionResult.to_dict()``.
 - ``error``: instead of ``result`` when the execution could not run to the end
   (``{"error": code, "message": ...}``, as the JSON routes send).
@@ -38,6 +40,7 @@ from typing import Any
 
 from .._models import ExecutionResult
 from ._errors import ApiError
+from ._results import result_json
 
 __all__ = ["KEEPALIVE", "OutputQueue", "execution_events", "frame"]
 
@@ -61,12 +64,46 @@ class _Dropped:
     chars: int = 0
 
 
+_SIZED_NODES = 100_000  # past this many strings, numbers and containers, an output counts as huge
+
+
+def _rough_size(value: Any) -> tuple[int, bool]:
+    """About how many characters ``value`` takes as JSON, without serializing it.
+
+    Walks the value (without recursion, however deep it is nested), adding up
+    its strings' lengths: an output too big for the queue costs no copy of it.
+    Returns the size and whether the walk finished: one with more than
+    _SIZED_NODES parts is not walked to the end (the size is then a lower bound).
+    """
+    size, todo, seen = 0, [value], 0
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+            continue
+        if not isinstance(item, (dict, list, tuple)):
+            size += 8
+            continue
+        seen += 2 * len(item) if isinstance(item, dict) else len(item)
+        if seen > _SIZED_NODES:
+            return size, False  # and no list of its parts was made
+        size += 2 * len(item) + 2 if isinstance(item, dict) else len(item) + 2
+        if isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        else:
+            todo.extend(item)
+    return size, True
+
+
 class OutputQueue:
     """Live outputs not yet sent, at most ``max_chars`` of them.
 
     ``put`` is the execution's ``on_output`` listener; the sender takes
     everything queued at once. Consecutive stream text is merged, and past
-    the cap further outputs are counted instead of kept.
+    the cap further outputs are counted instead of kept. An output is sized
+    before it is framed, so one bigger than the cap is never copied: the
+    queue, and so the server's memory for a slow reader, stays near ``max_chars``.
     """
 
     def __init__(self, max_chars: int) -> None:
@@ -77,13 +114,21 @@ class OutputQueue:
 
     def put(self, output: dict[str, Any]) -> None:
         last = self._items[-1] if self._items else None
+        room = self.max_chars - self._chars
         if output.get("output_type") == "stream":
             text = str(output.get("text", ""))
-            size, item = len(text), None
+            size, sized, item = len(text), True, None
         else:
-            item = frame("output", output)
-            size = len(item)
-        if self._chars + size > self.max_chars:
+            size, sized = _rough_size(output)
+            item = None
+            if sized and size <= room:
+                try:
+                    item = frame("output", output)
+                except (ValueError, RecursionError):
+                    sized = False  # not strict JSON (NaN), or nested too deep: dropped
+                else:
+                    size = len(item)
+        if not sized or size > room:
             if not isinstance(last, _Dropped):
                 last = _Dropped()
                 self._items.append(last)
@@ -159,4 +204,4 @@ async def execution_events(
             {"error": "internal", "message": f"the execution failed: {type(exc).__name__}: {exc}"},
         ).encode("ascii")
     else:
-        yield frame("result", task.result().to_dict()).encode("ascii")
+        yield b"event: result\ndata: " + result_json(task.result()) + b"\n\n"
