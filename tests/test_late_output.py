@@ -122,11 +122,12 @@ async def test_foreground_processes_output_arrives_in_their_own_cell_in_order(
         "p = subprocess.Popen('sleep 0.2; echo fg popen', shell=True); p.wait()\n"
         "print('after')\n"
     )
-    assert [(o["name"], o["text"]) for o in result.outputs] == [
-        ("stdout", "fg system\nfg run\n"),
-        ("stderr", "fg error\n"),
-        ("stdout", "fg popen\nafter\n"),
-    ]
+    # Each stream keeps its order, and what the processes wrote comes before the
+    # print after them. Which of two processes' fd 1 and fd 2 writes came first
+    # is not known: they are two pipes (stock ipykernel's are too).
+    assert result.stdout == "fg system\nfg run\nfg popen\nafter\n", result.outputs
+    assert result.stderr == "fg error\n", result.outputs
+    assert result.outputs[-1]["name"] == "stdout" and result.outputs[-1]["text"].endswith("after\n")
 
 
 async def test_output_a_background_process_writes_before_the_cell_ends_stays_in_it(
