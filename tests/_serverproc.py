@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import signal
@@ -163,3 +164,19 @@ def descendants(pid: int) -> set[int]:
 
 
 __all__ = ["TOKEN", "ServerProcess", "descendants", "free_port", "jupyter_message", "signal"]
+
+
+def raw_request(
+    server: ServerProcess, method: str, target: str, body: bytes | None = None
+) -> tuple[int, bytes]:
+    """A request sent exactly as written: no client normalizes the path."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.request(method, target, body=body, headers=server.auth)
+        response = conn.getresponse()
+        try:
+            return response.status, response.read()
+        except http.client.IncompleteRead as exc:  # a length from one file, bytes of another
+            return response.status, exc.partial
+    finally:
+        conn.close()

@@ -124,6 +124,12 @@ async def test_restart_after_a_death_releases_the_dead_kernel(tmp_path: Path) ->
             assert died.status == "kernel_died"
             await s.restart()
             assert (await s.execute("1 + 1")).text.strip() == "2"
+            # zmq releases a closed socket's own descriptors on its I/O thread,
+            # a moment later: wait for the count to settle, not for a leak.
+            for _ in range(50):
+                if not counts or fds() <= counts[0]:
+                    break
+                await asyncio.sleep(0.1)
             counts.append(fds())
-    assert counts == [counts[0]] * 4, f"file descriptors after each restart: {counts}"
+    assert max(counts[1:]) <= counts[0], f"file descriptors after each restart: {counts}"
     assert [d for d in ipc_dirs if d.exists()] == []

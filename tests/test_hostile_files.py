@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from _mcpclient import stdio_mcp, texts
-from _serverproc import ServerProcess
+from _serverproc import ServerProcess, raw_request
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 from servers import kernel_image
@@ -150,22 +150,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     assert proc.stop() == 0
 
 
-def request(
-    server: ServerProcess, method: str, target: str, body: bytes | None = None
-) -> tuple[int, bytes]:
-    """A request sent exactly as written: no client normalizes the path."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    try:
-        conn.request(method, target, body=body, headers=server.auth)
-        response = conn.getresponse()
-        try:
-            return response.status, response.read()
-        except http.client.IncompleteRead as exc:  # a length from one file, bytes of another
-            return response.status, exc.partial
-    finally:
-        conn.close()
-
-
 # renameat2(RENAME_EXCHANGE) swaps the two names atomically, so "flip" is
 # always there: a folder one moment, a link out of the work dir the next.
 FLIPPER = """
@@ -193,11 +177,11 @@ def test_a_kernel_flipping_a_folder_and_a_link_gets_nothing_out(
     served_outside, statuses = 0, set()
     try:
         for _ in range(300):
-            status, body = request(server, "GET", f"/sessions/{sid}/files/flip/data.txt")
+            status, body = raw_request(server, "GET", f"/sessions/{sid}/files/flip/data.txt")
             statuses.add(status)
             served_outside += SECRET.encode() in body
         for i in range(100):
-            status, _ = request(server, "PUT", f"/sessions/{sid}/files/flip/put-{i}.txt", b"up")
+            status, _ = raw_request(server, "PUT", f"/sessions/{sid}/files/flip/put-{i}.txt", b"up")
             statuses.add(status)
     finally:
         server.execute(sid, "stop_flipping.set()")
@@ -228,14 +212,14 @@ def test_the_notebook_route_never_serves_what_a_link_names(
     while not (work / "transcript.ipynb").is_symlink() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (work / "transcript.ipynb").is_symlink()
-    status, body = request(server, "GET", f"/sessions/{sid}/notebook")
+    status, body = raw_request(server, "GET", f"/sessions/{sid}/notebook")
     assert SECRET.encode() not in body
     assert status in (200, 409), body
-    status, body = request(server, "GET", f"/sessions/{sid}/files/transcript.ipynb")
+    status, body = raw_request(server, "GET", f"/sessions/{sid}/files/transcript.ipynb")
     assert status == 403 and SECRET.encode() not in body, body
     # The next execution writes the transcript anew, in place of the link.
     server.execute(sid, "y = 2")
-    status, body = request(server, "GET", f"/sessions/{sid}/notebook")
+    status, body = raw_request(server, "GET", f"/sessions/{sid}/notebook")
     assert status == 200 and SECRET.encode() not in body
     assert is_regular(work / "transcript.ipynb")
     assert "y = 2" in body.decode()
@@ -275,7 +259,7 @@ def check_links_loops_long_names_and_deep_chains(
 ) -> None:
     files = f"/sessions/{sid}/files"
     for _ in range(2):  # a loop must not break the listing for good
-        status, body = request(server, "GET", files)
+        status, body = raw_request(server, "GET", files)
         assert status == 200, body
         listing = json.loads(body)
         paths = {f["path"] for f in listing["files"]}
@@ -283,9 +267,9 @@ def check_links_loops_long_names_and_deep_chains(
         assert not {"loop", "a", "b"} & paths
         assert listing["skipped"], listing  # the links, said so
     # Listed, but its path is longer than a URL path may be: a 4xx saying so.
-    status, body = request(server, "GET", f"{files}/{'/'.join(['d'] * 1200)}/deep.txt")
+    status, body = raw_request(server, "GET", f"{files}/{'/'.join(['d'] * 1200)}/deep.txt")
     assert 400 <= status < 500 and json.loads(body)["message"], body
-    assert request(server, "GET", f"{files}/{'/'.join(['d'] * 100)}")[0] == 404  # a folder
+    assert raw_request(server, "GET", f"{files}/{'/'.join(['d'] * 100)}")[0] == 404  # a folder
 
     long_name = "x" * 300
     too_deep = "/".join(["y"] * 2100)  # over PATH_MAX as one path
@@ -304,7 +288,9 @@ def check_links_loops_long_names_and_deep_chains(
         ("PUT", too_deep),
         ("PUT", "transcript.ipynb"),
     ]:
-        status, body = request(server, method, f"{files}/{path}", b"x" if method == "PUT" else None)
+        status, body = raw_request(
+            server, method, f"{files}/{path}", b"x" if method == "PUT" else None
+        )
         assert 400 <= status < 500, (method, path[:40], status, body[:300])
         assert json.loads(body)["message"], body
     assert not (work / "loop").exists() and (work / "loop").is_symlink()
@@ -348,12 +334,12 @@ def test_a_fifo_in_the_work_dir_does_not_hang_a_download(server: ServerProcess) 
     server.execute(sid, "import os\nos.mkfifo('pipe')")
     done: list[int] = []
     thread = threading.Thread(
-        target=lambda: done.append(request(server, "GET", f"/sessions/{sid}/files/pipe")[0])
+        target=lambda: done.append(raw_request(server, "GET", f"/sessions/{sid}/files/pipe")[0])
     )
     thread.start()
     thread.join(30)
     assert done and 400 <= done[0] < 500, done
-    status, body = request(server, "GET", f"/sessions/{sid}/files")
+    status, body = raw_request(server, "GET", f"/sessions/{sid}/files")
     assert status == 200 and "pipe" not in {f["path"] for f in json.loads(body)["files"]}
 
 
@@ -363,6 +349,6 @@ def test_purging_a_session_removes_a_chain_deeper_than_any_path(server: ServerPr
     work = server.work_root / sid
     made = server.execute(sid, "import os\n" + DEEP_CHAIN.replace("1200", "3000"))
     assert made["status"] == "ok", made["text"]
-    status, body = request(server, "DELETE", f"/sessions/{sid}?purge=true")
+    status, body = raw_request(server, "DELETE", f"/sessions/{sid}?purge=true")
     assert status in (200, 204), body
     assert not work.exists()

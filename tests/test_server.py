@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import time
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from typing import Any
 import httpx
 import nbformat
 import pytest
-from _serverproc import TOKEN, ServerProcess
+from _serverproc import TOKEN, ServerProcess, raw_request
 
 
 @pytest.fixture(scope="module")
@@ -207,19 +206,6 @@ async def test_interrupt_from_a_second_request(server: ServerProcess) -> None:
     assert server.execute(sid, "print(kept)")["stdout"] == "still here\n"
     assert server.http.get(f"/sessions/{sid}").json()["state"] == "idle"
     server.http.delete(f"/sessions/{sid}")
-
-
-def raw_request(
-    server: ServerProcess, method: str, target: str, body: bytes | None = None
-) -> tuple[int, bytes]:
-    """A request sent exactly as written: no client normalizes the path."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        conn.request(method, target, body=body, headers=server.auth)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 def tree(root: Path, skip: Path) -> dict[str, bytes]:
