@@ -63,7 +63,10 @@ for name in filter(str.isdigit, os.listdir("/proc")):
     for what in ("environ", "cmdline"):
         data, _ = read(f"/proc/{{name}}/{{what}}")
         if what == "cmdline" and (int(name) in ancestors or name == "1"):
-            cmdlines[int(name)] = data.replace(b"\0", b" ").decode("utf-8", "replace")
+            # Head and tail only: a CI runner's ancestor may carry a whole
+            # script, and the report must fit a result's text.
+            shown = data if len(data) <= 800 else data[:400] + b" ... " + data[-400:]
+            cmdlines[int(name)] = shown.replace(b"\0", b" ").decode("utf-8", "replace")
         needle_seen |= bool(NEEDLE) and NEEDLE in data
         if MARK in data:
             secrets = set(re.findall(rb"kx" + rb"secret[-\w]*", data))
