@@ -166,7 +166,7 @@ class KernelexecDocker(Kernelexec):
 
     async def open(self) -> None:
         import kernelexec
-        from kernelexec._image import image_tag
+        from kernelexec._backends._image import image_tag
 
         # The image `kernelexec image build --base-image B` made (CI: the registry-free base).
         image = image_tag(base_image=os.environ.get("KERNELEXEC_TEST_BASE_IMAGE"))

@@ -5,15 +5,18 @@ from __future__ import annotations
 import difflib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._exceptions import ConfigurationError
 from ._models import ExecutionResult
 
-if TYPE_CHECKING:
-    from ._session import AsyncSession
-
 __all__ = ["CellReplay", "ReplayReport", "read_code_cells", "replay_into"]
+
+
+class Executes(Protocol):
+    """What a replay needs of a session (so this module need not import it)."""
+
+    async def execute(self, code: str) -> ExecutionResult: ...
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ def read_code_cells(path: Path) -> list[_Cell]:
 
 
 async def replay_into(
-    session: AsyncSession,
+    session: Executes,
     path: Path,
     cells: list[_Cell],
     *,

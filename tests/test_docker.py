@@ -17,7 +17,7 @@ import pytest
 from servers import kernel_image
 
 from kernelexec import AsyncSession, DockerBackend, KernelStartError
-from kernelexec._image import image_tag
+from kernelexec._backends._image import image_tag
 
 
 def container_exists(name: str) -> bool:

@@ -32,11 +32,11 @@ from typing import Any
 
 from jupyter_client.session import Session
 
-from .._docker_cli import docker, engine_problem
 from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
-from .._image import image_tag
 from .._kernel import BOOT_DIR
+from ._docker_engine import docker, engine_problem
+from ._image import image_tag
 from ._local import LocalBackend, _context, _describe_exit
 from ._zmq import KernelSockets
 

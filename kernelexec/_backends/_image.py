@@ -14,13 +14,13 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._docker_cli import docker, engine_problem
-from ._exceptions import ConfigurationError, KernelexecError
+from .._exceptions import ConfigurationError, KernelexecError
+from ._docker_engine import docker, engine_problem
 
 __all__ = ["DEFAULT_BASE_IMAGE", "DOCKERFILE", "build_image", "image_tag"]
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
-DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "Dockerfile"
+DOCKERFILE = Path(__file__).resolve().parents[2] / "docker" / "Dockerfile"
 REPOSITORY = "kernelexec-kernel"
 
 

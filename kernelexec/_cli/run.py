@@ -1,4 +1,4 @@
-"""The ``kernelexec`` command."""
+"""``kernelexec run``: a .py file as one block, or a .md file block by block."""
 
 from __future__ import annotations
 
@@ -6,46 +6,17 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from . import _cli_attach, _cli_backends, _cli_mcp, _cli_replay, _cli_serve
-from ._exceptions import KernelexecError
-from ._models import ExecutionResult
-from ._secrecy import drop_capabilities, protect_process
-from ._session import AsyncSession
+from .._models import ExecutionResult
+from .._session import AsyncSession
 
-__all__ = ["main"]
+__all__ = ["add_command"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs a ``kernelexec`` command; ``argv`` defaults to this process's arguments.
-
-    Run as the process's own command (``argv`` None), it first keeps its
-    secrets from the kernels it will start: its ``--token`` hidden from
-    /proc/<pid>/cmdline, the process non-dumpable, and the capabilities that
-    would read it anyway dropped for good (see ``_secrecy``). Called with
-    ``argv`` from another program, that program's process is left as it is.
-    """
-    if argv is None:
-        drop_capabilities()
-        protect_process()
-    parser = _parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except KernelexecError as exc:
-        print(f"kernelexec: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kernelexec", description="Stateful code execution on Jupyter kernels."
-    )
-    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+def add_command(commands: Any) -> None:
+    """Adds ``kernelexec run``."""
     run = commands.add_parser(
         "run",
         help="run a .py file as one block, or a .md file block by block",
@@ -61,12 +32,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print one JSON result per line")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per block (default 60)")
     run.set_defaults(handler=_run)
-    _cli_backends.add_commands(commands)
-    _cli_serve.add_command(commands)
-    _cli_mcp.add_commands(commands)
-    _cli_replay.add_command(commands)
-    _cli_attach.add_command(commands)
-    return parser
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -20,15 +20,16 @@ Stock Kernel Gateway, configured and lightly patched in this process:
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import sys
 from typing import Any
 
-from ._environment import kernel_env
-from ._secrecy import drop_capabilities, protect_process
+from .._environment import kernel_env
+from .._secrecy import drop_capabilities, protect_process
 
-__all__ = ["ALLOWED_CLIENT_ENV", "run_gateway"]
+__all__ = ["ALLOWED_CLIENT_ENV", "add_command", "run_gateway"]
 
 # Names a client may set in a kernel's env, besides KERNEL_*: kernelexec's
 # kernel defaults and common harmless settings.
@@ -46,6 +47,40 @@ ALLOWED_CLIENT_ENV = (
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
 )
+
+
+def add_command(commands: Any) -> None:
+    """Adds ``kernelexec gateway``."""
+    gateway = commands.add_parser(
+        "gateway",
+        help="run a local Jupyter Kernel Gateway tuned for agents",
+        description="Runs a Jupyter Kernel Gateway for GatewayBackend: token required, "
+        "TCP_NODELAY on kernel WebSockets, no IOPub rate limit, no secrets in kernels.",
+    )
+    gateway.add_argument("--port", type=int, default=8888, help="TCP port (default 8888)")
+    gateway.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    gateway.add_argument("--token", help="the clients' token (default: generated and printed)")
+    gateway.add_argument(
+        "--allow-env",
+        nargs="*",
+        default=[],
+        metavar="NAME",
+        help="more variable names clients may set in a kernel's env",
+    )
+    gateway.add_argument("--no-nodelay", action="store_true", help=argparse.SUPPRESS)
+    gateway.set_defaults(handler=_gateway)
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    return run_gateway(
+        port=args.port,
+        token=args.token,
+        host=args.host,
+        nodelay=not args.no_nodelay,
+        allow_env=tuple(args.allow_env),
+    )
 
 
 def run_gateway(

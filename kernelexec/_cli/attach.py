@@ -25,9 +25,9 @@ from typing import Any
 import httpx
 from jupyter_core.paths import jupyter_runtime_dir
 
-from ._client._console import channels_url, run_bridged
-from ._environment import server_token
-from ._exceptions import ServerError
+from .._client._console import channels_url, run_bridged
+from .._environment import server_token
+from .._exceptions import ServerError
 
 __all__ = ["add_command"]
 

@@ -8,12 +8,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ._environment import server_token
+from .._environment import server_token
 
-__all__ = ["add_commands"]
+__all__ = ["add_command"]
 
 
-def add_commands(commands: Any) -> None:
+def add_command(commands: Any) -> None:
     """Adds ``mcp`` to ``kernelexec``'s subparsers."""
     mcp = commands.add_parser(
         "mcp",
@@ -67,7 +67,7 @@ def add_commands(commands: Any) -> None:
 
 def _mcp(args: argparse.Namespace) -> int:
     try:
-        from ._mcp import McpConfig, build_server
+        from .._mcp import McpConfig, build_server
     except ImportError as exc:
         print(
             f"kernelexec: the MCP server needs the mcp SDK: pip install 'kernelexec[mcp]' ({exc})",
@@ -105,9 +105,9 @@ def _mcp(args: argparse.Namespace) -> int:
 
 
 def _serve_http(server: Any, args: argparse.Namespace) -> int:
-    from ._exceptions import ConfigurationError
-    from ._mcp._http import PATH, serve_http
-    from ._server import generate_token
+    from .._exceptions import ConfigurationError
+    from .._mcp._http import PATH, serve_http
+    from .._server import generate_token
 
     token = args.token or generate_token()
 

@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ._environment import pool_size, preload, server_token
-from ._exceptions import ConfigurationError
+from .._environment import pool_size, preload, server_token
+from .._exceptions import ConfigurationError
 
 __all__ = ["add_command"]
 
@@ -82,7 +82,7 @@ def add_command(commands: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ._server import ServerConfig, generate_token, is_loopback, serve
+    from .._server import ServerConfig, generate_token, is_loopback, serve
 
     generated = not args.token
     if generated and not is_loopback(args.host):

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ._exceptions import KernelStartError
+from .._exceptions import KernelStartError
 
 __all__ = ["DockerReply", "docker", "engine_problem"]
 
