@@ -236,7 +236,9 @@ class AG2(Impl):
         def start() -> None:
             from autogen.coding.jupyter import JupyterCodeExecutor, LocalJupyterServer
 
-            self.server = LocalJupyterServer()
+            # A free port of its own: its default, 8888, may be a JupyterLab's,
+            # and then its client talks to the wrong server and hangs.
+            self.server = LocalJupyterServer(port=_free_port())
             self.ex = JupyterCodeExecutor(self.server, output_dir=self.work_dir, timeout=120)
 
         await asyncio.to_thread(start)
@@ -259,6 +261,15 @@ class AG2(Impl):
             self.server.stop()
 
         await asyncio.to_thread(stop)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 IMPLS: dict[str, type[Impl]] = {

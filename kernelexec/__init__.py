@@ -20,6 +20,8 @@ from ._exceptions import (
     SessionCulledError,
     SessionNotFoundError,
 )
+from ._live import LiveOutput
+from ._markdown import BlockResult
 from ._models import ExecutionError, ExecutionResult, Limits, Status
 from ._pool import KernelPool
 from ._remote_models import FileInfo, SessionInfo
@@ -34,6 +36,7 @@ __all__ = [
     "AsyncRemoteSession",
     "AsyncSession",
     "AuthenticationError",
+    "BlockResult",
     "CellReplay",
     "Client",
     "ConfigurationError",
@@ -47,6 +50,7 @@ __all__ = [
     "KernelStartError",
     "KernelexecError",
     "Limits",
+    "LiveOutput",
     "LocalBackend",
     "RemoteSession",
     "ReplayReport",

@@ -10,8 +10,8 @@ from typing import Any
 from . import _workdir
 from ._artifacts import OUTPUT_DIR, save_rich_outputs
 from ._models import ExecutionError, ExecutionResult, Limits, Status
-from ._reducer import Folded
-from ._render import cap_text, render_outputs
+from ._reducer import Folded, stream_cut_marker
+from ._render import cap_text, render_parts
 
 __all__ = ["Assembly", "assemble", "full_output_path", "refusal"]
 
@@ -47,8 +47,14 @@ def assemble(
     notes = list(notes) + problems + folded.notes
     full_output = full_output_path(stem) if spilled else None
     if folded.cut_chars:
+        # Totals, not a count of cut characters: the text's own marker says
+        # how much is missing from the text, and one number must not contradict another.
         where = f"; all of it is in {full_output}" if full_output else ""
-        notes.append(f"{folded.cut_chars:,} characters of output were cut from the result{where}.")
+        notes.append(
+            f"stdout and stderr were {folded.stream_chars:,} characters, of which the result "
+            f"keeps {folded.stream_chars - folded.cut_chars:,}, head and tail "
+            f"(Limits.max_stream_chars){where}."
+        )
     if folded.dropped_outputs:
         notes.append(
             f"{folded.dropped_outputs} display outputs past the limit of "
@@ -60,16 +66,20 @@ def assemble(
     message = " ".join(notes) or None
     # A stopped execution's KeyboardInterrupt traceback only points at whatever
     # line was running; the note below says what happened.
-    text = render_outputs(shown, saved, errors=status not in ("timeout", "cancelled"))
-    if message:
-        text += f"[kernelexec] {message}\n"
-    if len(text) > limits.max_text_chars:
+    errors = status not in ("timeout", "cancelled")
+    parts = render_parts(shown, saved, errors=errors)
+    text = "".join(parts)
+    said = f"[kernelexec] {message}\n" if message else ""
+    if len(text) + len(said) > limits.max_text_chars:
         if full_output is None:
-            full_output, note = _save_text(work_dir, full_output_path(stem), text)
+            full_output, note = _save_text(work_dir, full_output_path(stem), text + said)
             if note:
                 message = f"{message} {note}" if message else note
-                text += f"[kernelexec] {note}\n"
-        text = cap_text(text, limits.max_text_chars, full_output, already_cut=folded.cut_chars)
+                said += f"[kernelexec] {note}\n"
+        # The output is cut, kernelexec's notes are kept whole after it.
+        budget = max(limits.max_text_chars - len(said), limits.max_text_chars // 2)
+        text = cap_text(text, budget, full_output, marked=_stream_cut(folded, parts, text))
+    text += said
     result = ExecutionResult(
         status=status,
         execution_count=folded.execution_count,
@@ -86,6 +96,17 @@ def assemble(
         language=language,
     )
     return Assembly(result=result, outputs=folded.outputs)
+
+
+def _stream_cut(folded: Folded, parts: list[str], text: str) -> tuple[int, int, int] | None:
+    """Where the streams' cut marker is in ``text``, and how many characters it stands for."""
+    if folded.cut_at is None:
+        return None
+    start = sum(len(part) for part in parts[: folded.cut_at])
+    marker = stream_cut_marker(folded.cut_chars)
+    return (
+        (start, start + len(marker), folded.cut_chars) if text.startswith(marker, start) else None
+    )
 
 
 def _save_text(work_dir: Path, relative: str, text: str) -> tuple[str | None, str | None]:

@@ -9,13 +9,14 @@ import shutil
 import tempfile
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from ._backends import LocalBackend
 from ._environment import kernel_env
 from ._exceptions import ConfigurationError, KernelStartError
+from ._models import Limits
 
 __all__ = ["KernelConfig", "KernelPool"]
 
@@ -24,39 +25,103 @@ log = logging.getLogger("kernelexec")
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """What makes two local kernels interchangeable before their first execution."""
+    """What a local kernel is started with.
+
+    Two kernels of one configuration are interchangeable before their first
+    execution, so a session of a pool's configuration can take the pool's.
+    Of ``limits`` only the byte caps reach the kernel (``Limits.kernel_env``);
+    the rest apply in this process, so they may differ.
+    """
 
     kernel_name: str = "python3"
     python: str | None = None
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # the caller's variables, sorted
     preload: str | None = None
+    limits: Limits = field(default_factory=Limits)
 
     @classmethod
     def of(
         cls,
         *,
-        kernel_name: str = "python3",
+        kernel_name: str | None = None,
         python: str | None = None,
         env: Mapping[str, str] | None = None,
         preload: str | None = None,
+        limits: Limits | None = None,
+        base: KernelConfig | None = None,
     ) -> KernelConfig:
-        return cls(kernel_name, python, tuple(sorted((env or {}).items())), preload or None)
+        """The settings given; each one left None is ``base``'s (a pool's), or the default.
+
+        ``preload=""`` asks for no preload even when ``base`` has one.
+        """
+        base = base or cls()
+        return cls(
+            base.kernel_name if kernel_name is None else kernel_name,
+            base.python if python is None else python,
+            base.env if env is None else tuple(sorted(env.items())),
+            base.preload if preload is None else preload or None,
+            base.limits if limits is None else limits,
+        )
+
+    def kernel_env(self) -> dict[str, str]:
+        """The variables the kernel gets on top of the filtered environment."""
+        # The byte caps last: the kernel reads them, whatever env says.
+        return {**dict(self.env), **self.limits.kernel_env()}
+
+    def differences(self, other: KernelConfig) -> list[str]:
+        """What keeps a kernel started for ``other`` from serving this configuration.
+
+        One phrase per setting, naming this side's value and ``other``'s; for
+        ``env`` only the names, as values may be secrets.
+        """
+        found = [
+            f"{name}={_shown(mine)} (the pool's: {_shown(theirs)})"
+            for name, mine, theirs in (
+                ("kernel_name", self.kernel_name, other.kernel_name),
+                ("python", self.python, other.python),
+                ("preload", self.preload, other.preload),
+            )
+            if mine != theirs
+        ]
+        names = _changed(dict(self.env), dict(other.env))
+        if names:
+            found.append(f"env with other values for {', '.join(names)}")
+        caps = _changed(self.limits.kernel_env(), other.limits.kernel_env())
+        if caps:
+            shown = ", ".join(k.removeprefix("KERNELEXEC_").lower() for k in caps)
+            found.append(f"limits with other byte caps ({shown})")
+        return found
+
+
+def _changed(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
+    """The names whose values differ, or that one side lacks."""
+    return sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+
+
+def _shown(value: str | None) -> str:
+    if value is None:
+        return "None"
+    return repr(value if len(value) <= 60 else value[:57] + "...")
 
 
 class KernelPool:
     """Kernels of one configuration, started and preloaded before anyone asks.
 
-    A session given ``pool=`` takes a kernel from it when its own configuration
-    (kernel name, interpreter, env, preload) is the pool's, and starts one cold
-    otherwise. A kernel leaves the pool for one session and never comes back,
-    so no session ever sees another's state; the pool starts a replacement in
-    the background. A taken kernel is moved to the session's work dir before
-    its first execution (the request is queued ahead of it, not waited for).
+    A session given ``pool=`` takes the pool's configuration (kernel name,
+    interpreter, env, preload, limits) for every one of those arguments it is
+    not given, and a kernel from the pool. A session that asks for another
+    configuration cannot use the pool's kernels: it starts its own, cold, with
+    a warning that names the difference.
+
+    A kernel leaves the pool for one session and never comes back, so no
+    session ever sees another's state; the pool starts a replacement in the
+    background. A taken kernel is moved to the session's work dir before its
+    first execution (the request is queued ahead of it, not waited for).
 
     Args:
         size: how many ready kernels to keep.
-        kernel_name, python, env, preload: the configuration, as for
-            ``AsyncSession``.
+        kernel_name, python, env, preload, limits: the configuration, as
+            for ``AsyncSession``; the sessions given this pool take it.
         startup_timeout: seconds a new kernel (and its preload) may take.
         refill_delay: seconds between taking a kernel and starting its
             replacement, so a kernel's boot (a CPU-second of imports) does not
@@ -74,6 +139,7 @@ class KernelPool:
         python: str | None = None,
         env: Mapping[str, str] | None = None,
         preload: str | None = None,
+        limits: Limits | None = None,
         startup_timeout: float = 60.0,
         refill_delay: float = 1.0,
     ) -> None:
@@ -81,12 +147,12 @@ class KernelPool:
             raise ConfigurationError("KernelPool size must be at least 1")
         self.size = size
         self.config = KernelConfig.of(
-            kernel_name=kernel_name, python=python, env=env, preload=preload
+            kernel_name=kernel_name, python=python, env=env, preload=preload, limits=limits
         )
         self.startup_timeout = startup_timeout
         self.refill_delay = refill_delay
         self.last_error: str | None = None
-        self._env = kernel_env(env)
+        self._env = kernel_env(self.config.kernel_env())
         self._ready: deque[LocalBackend] = deque()
         self._starting: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
@@ -133,8 +199,17 @@ class KernelPool:
             self._changed.clear()
             await self._changed.wait()
 
-    def fits(self, config: KernelConfig) -> bool:
-        return config == self.config and not self._closed
+    def unfit(self, config: KernelConfig) -> str | None:
+        """Why this pool's kernels cannot serve a session of ``config``; None when they can."""
+        if self._closed:
+            return "the pool is closed"
+        differences = config.differences(self.config)
+        if not differences:
+            return None
+        return (
+            f"the session asks for {'; '.join(differences)}. Leave those arguments out "
+            "to take the pool's, or make a pool of this configuration"
+        )
 
     async def take(self, cwd: Path) -> LocalBackend | None:
         """A ready kernel, moved to ``cwd``; None when none is ready (start one cold)."""

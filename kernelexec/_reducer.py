@@ -22,15 +22,13 @@ from ._models import ExecutionError, Limits
 __all__ = [
     "ExecutionReducer",
     "Folded",
-    "OutputListener",
     "cut_records",
     "live_output",
     "notebook_output",
+    "stream_cut_marker",
 ]
 
 Message = dict[str, Any]
-OutputListener = Callable[[dict[str, Any]], None]
-"""Called with each output as it happens (see ``live_output``)."""
 Record = dict[str, Any]
 """One output part cut to the byte caps (see ``kernelexec._kernel.caps``)."""
 
@@ -53,6 +51,8 @@ class Folded:
     dropped_outputs: int
     bad_messages: int
     left_out: int = 0  # outputs past max_result_bytes
+    stream_chars: int = 0  # all the stream text, ``cut_chars`` of it not kept
+    cut_at: int | None = None  # the output whose text starts with the stream cut's marker
     saved_files: list[str] = field(default_factory=list)  # the whole of cut outputs
     notes: list[str] = field(default_factory=list)  # what the cuts were, for the message
 
@@ -161,10 +161,14 @@ class ExecutionReducer:
             self._spill.close()
         outputs = list(self._outputs)
         cut = self._stream_chars - self._head_chars - self._tail_chars
+        cut_at = None
         if self._tail:
             first = self._tail[0][0]
             if cut:
-                outputs.append(_stream_output(first, f"\n[... {cut:,} characters cut ...]\n"))
+                # An output of its own, never merged into the head: the
+                # result's text finds the marker there (see ``cut_at``).
+                cut_at = len(outputs)
+                outputs.append(_stream_output(first, stream_cut_marker(cut)))
             for name, text in self._tail:
                 _append_stream(outputs, name, text)
         cuts = _unique(self._cuts)
@@ -178,6 +182,8 @@ class ExecutionReducer:
             dropped_outputs=self._dropped,
             bad_messages=self._bad,
             left_out=self._left_out,
+            stream_chars=self._stream_chars,
+            cut_at=cut_at,
             saved_files=list(
                 dict.fromkeys(
                     r["path"] for r in cuts if r["path"] and r["path"] != self._spill_name
@@ -378,6 +384,11 @@ class ExecutionReducer:
         self._head_chars = self._tail_chars = self._stream_chars = 0
         self._rich_outputs = self._rich_bytes = 0
         self._sizes.clear()
+
+
+def stream_cut_marker(cut: int) -> str:
+    """What stands in the streams for the ``cut`` characters between their head and tail."""
+    return f"\n[... {cut:,} characters cut ...]\n"
 
 
 def cut_records(value: object) -> list[Record]:

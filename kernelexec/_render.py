@@ -10,7 +10,7 @@ from ._ansi import strip_ansi
 from ._artifacts import Saved
 from ._reducer import cut_records
 
-__all__ = ["cap_text", "collapse_carriage_returns", "render_outputs"]
+__all__ = ["cap_text", "collapse_carriage_returns", "render_outputs", "render_parts"]
 
 # Reprs that say nothing once the real payload was saved as a file.
 _EMPTY_REPR = re.compile(
@@ -21,12 +21,21 @@ _TEXT_MIMETYPES = ("text/markdown", "text/latex")
 
 def render_outputs(outputs: list[dict[str, Any]], saved: Saved, *, errors: bool = True) -> str:
     """One block of text for every output, in order; ``errors=False`` leaves tracebacks out."""
+    return "".join(render_parts(outputs, saved, errors=errors))
+
+
+def render_parts(outputs: list[dict[str, Any]], saved: Saved, *, errors: bool = True) -> list[str]:
+    """The text of each output ("" for one that shows none): joined, ``render_outputs``.
+
+    Each starts on a line of its own, but for a stream's text that goes on in
+    the next output (the streams cut in two around the marker of their cut).
+    """
     parts: list[str] = []
     for index, output in enumerate(outputs):
         kind = output.get("output_type")
         if kind == "error" and not errors:
-            continue
-        if kind == "stream":
+            piece = ""
+        elif kind == "stream":
             piece = collapse_carriage_returns(strip_ansi(_as_text(output.get("text", ""))))
         elif kind == "error":
             piece = strip_ansi("\n".join(_as_text(t) for t in output.get("traceback", [])))
@@ -34,23 +43,38 @@ def render_outputs(outputs: list[dict[str, Any]], saved: Saved, *, errors: bool 
                 piece = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
         else:
             piece = _render_bundle(output, saved.get(index, []))
-        if piece:
-            parts.append(piece if piece.endswith("\n") else piece + "\n")
-    return "".join(parts)
+        if piece and not piece.endswith("\n") and not _goes_on(outputs, index):
+            piece += "\n"
+        parts.append(piece)
+    return parts
 
 
-def cap_text(text: str, max_chars: int, full_output: str | None, *, already_cut: int = 0) -> str:
+def cap_text(
+    text: str,
+    max_chars: int,
+    full_output: str | None,
+    *,
+    marked: tuple[int, int, int] | None = None,
+) -> str:
     """Keeps the head and tail of ``text`` around a marker saying what was cut.
 
-    ``already_cut`` counts output dropped before ``text`` was rendered, so the
-    marker tells the whole loss, not just this last trim.
+    ``marked`` is a cut already in ``text`` (the streams' own, made before
+    ``text`` was rendered): ``(start, end, chars)``, ``text[start:end]``
+    being its marker, which stands for ``chars`` characters. This cut takes
+    it in, so the text shows one gap whose marker counts exactly the
+    characters missing there, never two markers with two numbers.
     """
     if len(text) <= max_chars:
         return text
     keep = max_chars // 2
-    cut = len(text) - 2 * keep + already_cut
+    head_end, tail_start, cut = keep, len(text) - keep, 0
+    if marked is not None:
+        start, end, chars = marked
+        head_end, tail_start = min(head_end, start), max(tail_start, end)
+        cut = chars - (end - start)  # the marker's own characters were never output
+    cut += tail_start - head_end
     where = f"; the full output is in {full_output}" if full_output else ""
-    return f"{text[:keep]}\n[... {cut:,} characters cut{where} ...]\n{text[-keep:]}"
+    return f"{text[:head_end]}\n[... {cut:,} characters cut{where} ...]\n{text[tail_start:]}"
 
 
 def collapse_carriage_returns(text: str) -> str:
@@ -64,6 +88,16 @@ def collapse_carriage_returns(text: str) -> str:
 def _last_drawn(line: str) -> str:
     segments = [s for s in line.split("\r") if s]
     return segments[-1] if segments else ""
+
+
+def _goes_on(outputs: list[dict[str, Any]], index: int) -> bool:
+    """The output after ``index`` carries on its stream."""
+    this, after = outputs[index], outputs[index + 1] if index + 1 < len(outputs) else None
+    return (
+        after is not None
+        and this.get("output_type") == after.get("output_type") == "stream"
+        and this.get("name") == after.get("name")
+    )
 
 
 def _render_bundle(output: dict[str, Any], files: list[tuple[str, str]]) -> str:

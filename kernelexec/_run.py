@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._backends import KernelBackend
-from ._reducer import ExecutionReducer, OutputListener, live_output
+from ._live import LiveOutput, OutputListener
+from ._reducer import ExecutionReducer, live_output
 
 __all__ = ["Outcome", "run_code"]
 
@@ -121,7 +122,7 @@ class _Run:
         if output is None or self.on_output is None:
             return
         try:
-            self.on_output(output)
+            self.on_output(LiveOutput(output))
         except Exception:
             # A broken listener costs the live view, never the execution.
             self.on_output = None

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import io
 import os
+import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -19,10 +21,11 @@ from ._backends import KernelBackend, LocalBackend
 from ._environment import kernel_env
 from ._exceptions import ConfigurationError, SessionClosedError
 from ._languages import SUPPORTED_LANGUAGES, kernel_source, normalize_language
-from ._markdown import extract_code_blocks
+from ._live import OutputListener
+from ._markdown import BlockResult, CodeBlock, extract_code_blocks, run_blocks
 from ._models import ExecutionResult, Limits, Status
 from ._pool import KernelConfig, KernelPool
-from ._reducer import ExecutionReducer, OutputListener
+from ._reducer import ExecutionReducer
 from ._replay import ReplayReport, read_code_cells, replay_into
 from ._run import Outcome, run_code
 from ._transcript import Transcript, code_cell, note_cell
@@ -41,29 +44,37 @@ class AsyncSession:
     Args:
         work_dir: the kernel's cwd, where outputs and the transcript go;
             None makes a temp dir that is kept after close.
-        kernel_name: an installed kernelspec; "python3" is the default IPython kernel.
+        kernel_name: an installed kernelspec; default "python3", the IPython kernel.
         python: a Python (say a venv's) to host the kernel; it needs ipykernel.
         env: variables for the kernel, on top of this process's environment
             with credential-like names (TOKEN, SECRET, API_KEY, ...) removed.
         timeout: default seconds per execution; on expiry the kernel is interrupted.
         notebook: the transcript's file name in the work dir (or a path).
-        limits: caps on output kept per execution.
+        limits: caps on output kept per execution; default ``Limits()``.
         interrupt_grace: seconds an interrupted kernel gets to become idle
             before it is restarted.
         startup_timeout: seconds a new kernel gets to answer.
         auto_restart: start a new kernel when the kernel dies.
         backend: where the kernel runs; default a local process.
         preload: code run silently in each new kernel before the first
-            execution (and after every restart), e.g. ``import pandas``.
-        pool: a ``KernelPool`` to take a ready kernel from, when its
-            configuration is this session's; otherwise one starts cold.
+            execution (and after every restart), e.g. ``import pandas``;
+            ``""`` for none when the pool has one.
+        pool: a ``KernelPool`` to take a ready kernel from. ``kernel_name``,
+            ``python``, ``env``, ``preload`` and ``limits`` left out are the
+            pool's. Given ones that the pool's kernels do not have (another
+            preload, say) make the session start its own kernel, cold, and
+            warn (``UserWarning``) naming the difference.
+
+    Raises:
+        ConfigurationError: a setting is unusable (a timeout that is not
+            positive, a work dir that cannot be made, both ``backend`` and ``pool``).
     """
 
     def __init__(
         self,
         work_dir: str | Path | None = None,
         *,
-        kernel_name: str = "python3",
+        kernel_name: str | None = None,
         python: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float = 60.0,
@@ -78,23 +89,42 @@ class AsyncSession:
     ) -> None:
         if not timeout > 0 or not interrupt_grace > 0:
             raise ConfigurationError("timeout and interrupt_grace must be positive seconds")
+        if backend is not None and pool is not None:
+            raise ConfigurationError(
+                "give a session backend= or pool=, not both: a pool's kernels are local "
+                "processes, and a backend says where the session's kernel runs"
+            )
+        # What the session is not told, it takes from the pool.
+        config = KernelConfig.of(
+            kernel_name=kernel_name,
+            python=python,
+            env=env,
+            preload=preload,
+            limits=limits,
+            base=pool.config if pool is not None else None,
+        )
         self.work_dir = _prepare_work_dir(work_dir)
         self.notebook_path = self.work_dir / notebook
         self.timeout = timeout
-        self.limits = limits or Limits()
+        self.limits = config.limits
         self.interrupt_grace = interrupt_grace
         self.auto_restart = auto_restart
         self._backend: KernelBackend = backend or LocalBackend(
-            kernel_name=kernel_name,
-            python=python,
+            kernel_name=config.kernel_name,
+            python=config.python,
             startup_timeout=startup_timeout,
-            preload=preload,
+            preload=config.preload,
         )
         # The kernel cuts outputs to the byte caps before sending them.
-        env = {**(env or {}), **self.limits.kernel_env()}
-        self._env = kernel_env(env)
-        config = KernelConfig.of(kernel_name=kernel_name, python=python, env=env, preload=preload)
-        self._pool = pool if backend is None and pool is not None and pool.fits(config) else None
+        self._env = kernel_env(config.kernel_env())
+        self._pool = pool
+        unfit = pool.unfit(config) if pool is not None else None
+        if unfit is not None:
+            self._pool = None
+            _warn(
+                "this session starts its own kernel, cold, instead of taking a ready one "
+                f"from its pool: {unfit}."
+            )
         self._transcript = Transcript(self.notebook_path, work_dir=self.work_dir)
         self._seq = self._transcript.code_cells
         self._lock = asyncio.Lock()
@@ -206,9 +236,12 @@ class AsyncSession:
             timeout: seconds for this execution; default the session's.
             stdin: answers for ``input()``/``getpass()``, in order. Without
                 them, asking for input fails at once instead of hanging.
-            on_output: called with each output as it happens (nbformat
-                outputs, plus ``clear_output`` and ``update_display_data``
-                events); the result still holds everything.
+            on_output: called with each output as it happens, a
+                ``LiveOutput``: its ``str()`` is readable text (so
+                ``on_output=print`` shows the output), and it is the nbformat
+                output too (a mapping; ``.output`` is the dict), with
+                ``clear_output`` and ``update_display_data`` events among
+                them. The result still holds everything.
 
         Raises:
             SessionClosedError: the session was closed.
@@ -237,22 +270,41 @@ class AsyncSession:
                 # delete or copy the work dir as soon as it has the result.
                 await self._transcript.flush()
 
-    async def run_markdown(self, text: str) -> list[ExecutionResult]:
-        """Runs every fenced code block of a message in order, stopping after the first failure.
+    async def run_markdown(
+        self,
+        text: str,
+        *,
+        timeout: float | None = None,
+        on_output: OutputListener | None = None,
+    ) -> list[BlockResult]:
+        """Runs the python and shell blocks of a message in order, stopping after the first failure.
 
-        A block in a language kernelexec cannot run fails the message before
-        anything runs.
+        Every fenced block gets a ``BlockResult`` saying which block it was
+        (index, language, line, first line) and what became of it: blocks
+        that are not code (text, output, console, json, yaml, csv, diff, ...)
+        are "skipped"; a block in a language kernelexec cannot run fails at
+        its position, the blocks before it having run; the blocks after a
+        failure are "not_run". An unlabelled block is python.
+
+        Args:
+            text: the message, markdown with fenced code blocks.
+            timeout: seconds per block; default the session's.
+            on_output: as for ``execute``, for every block's outputs.
+
+        Raises:
+            SessionClosedError: the session was closed.
+            KernelStartError: no kernel could be started for it.
         """
-        blocks = extract_code_blocks(text)
-        for block in blocks:
-            if normalize_language(block.language) is None:
-                return [await self.execute(block.code, language=block.language)]
-        results: list[ExecutionResult] = []
-        for block in blocks:
-            results.append(await self.execute(block.code, language=block.language or "python"))
-            if not results[-1].ok:
-                break
-        return results
+
+        async def execute(block: CodeBlock) -> ExecutionResult:
+            return await self.execute(
+                block.code,
+                language=block.runs_as or block.language,
+                timeout=timeout,
+                on_output=on_output,
+            )
+
+        return [outcome async for outcome in run_blocks(extract_code_blocks(text), execute)]
 
     async def interrupt(self) -> None:
         """Interrupts whatever the kernel is running (a KeyboardInterrupt)."""
@@ -480,6 +532,15 @@ class AsyncSession:
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosedError("this session is closed; create a new one")
+
+
+def _warn(message: str) -> None:
+    """Warns at the caller's line: the first frame outside kernelexec (``Session`` wraps us)."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    level, frame = 2, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)
 
 
 def _prepare_work_dir(work_dir: str | Path | None) -> Path:

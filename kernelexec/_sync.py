@@ -16,8 +16,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ._live import OutputListener
+from ._markdown import BlockResult
 from ._models import ExecutionResult
-from ._reducer import OutputListener
 from ._replay import ReplayReport
 from ._session import AsyncSession
 
@@ -135,9 +136,16 @@ class Session:
             )
         )
 
-    def run_markdown(self, text: str) -> list[ExecutionResult]:
+    def run_markdown(
+        self,
+        text: str,
+        *,
+        timeout: float | None = None,
+        on_output: OutputListener | None = None,
+    ) -> list[BlockResult]:
+        """AsyncSession.run_markdown, synchronously: one ``BlockResult`` per fenced block."""
         _open.add(self._async)
-        return _call(self._async.run_markdown(text))
+        return _call(self._async.run_markdown(text, timeout=timeout, on_output=on_output))
 
     def interrupt(self) -> None:
         _call(self._async.interrupt())

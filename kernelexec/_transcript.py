@@ -33,7 +33,7 @@ from typing import Any
 
 from . import _workdir
 
-__all__ = ["Transcript", "code_cell", "note_cell"]
+__all__ = ["Transcript", "code_cell", "note_cell", "session_note"]
 
 log = logging.getLogger("kernelexec")
 
@@ -62,6 +62,10 @@ class Transcript:
     (JupyterLab saving a note, say): the file is read back then, not
     overwritten. One that cannot be read is moved aside (``.broken-<time>``).
 
+    A continued notebook gets a markdown note before this session's first
+    cell, "session N started <time> with a new kernel", so a reader sees why
+    the execution counts start again at 1.
+
     Args:
         path: the notebook file.
         work_dir: the kernel's work dir; a ``path`` inside it is reached from
@@ -79,6 +83,8 @@ class Transcript:
         self._writer: asyncio.Task[None] | None = None
         self._written: _Written | None = None
         self.write_error: str | None = None
+        self._opened = time.time()
+        self._earlier_sessions = 0  # none: a new notebook needs no note
         try:
             folder = _workdir.open_folder(self._root, self._folder)
         except OSError:
@@ -88,6 +94,7 @@ class Transcript:
         finally:
             os.close(folder)
         self._code_cells = sum(1 for c in cells if c.get("cell_type") == "code")
+        self._earlier_sessions = _sessions_in(cells)
 
     @property
     def code_cells(self) -> int:
@@ -96,6 +103,11 @@ class Transcript:
 
     def add(self, cell: dict[str, Any]) -> None:
         """Appends a cell and schedules the file's write."""
+        if self._earlier_sessions:
+            # Added with the first cell, not at open: a session that never
+            # runs anything leaves the notebook as it was.
+            self._unwritten.append(session_note(self._earlier_sessions + 1, self._opened))
+            self._earlier_sessions = 0
         self._unwritten.append(cell)
         self._code_cells += cell.get("cell_type") == "code"
         if self._writer is None or self._writer.done():
@@ -241,6 +253,31 @@ def note_cell(
         "metadata": {"kernelexec": kernelexec or {}},
         "source": text,
     }
+
+
+def session_note(number: int, started: float) -> dict[str, Any]:
+    """The note between two sessions' cells in one notebook."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started))
+    return note_cell(
+        f"*kernelexec: session {number} started {when} with a new kernel: execution "
+        "counts start again at 1, and earlier sessions' variables are gone.*",
+        kernelexec={"session": number, "started": _iso(started)},
+    )
+
+
+def _sessions_in(cells: list[dict[str, Any]]) -> int:
+    """How many sessions wrote ``cells``: the highest session note's number, else 1 (0 if none)."""
+    if not cells:
+        return 0
+    numbers = [1]
+    for cell in cells:
+        metadata = cell.get("metadata")
+        ours = metadata.get("kernelexec") if isinstance(metadata, dict) else None
+        number = ours.get("session") if isinstance(ours, dict) else None
+        # The file is in the kernel's work dir: anything may be written there.
+        if type(number) is int and 0 < number < 1_000_000:
+            numbers.append(number)
+    return max(numbers)
 
 
 def _extend(

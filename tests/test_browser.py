@@ -1,7 +1,13 @@
 """A person debugging an agent in a real JupyterLab, in a real (headless) Chromium.
 
 Marked ``browser``; CI installs Debian's chromium, and Playwright drives that
-binary (it never downloads a browser of its own).
+binary (it never downloads a browser of its own). JupyterLab uses the server
+as its gateway, with the server's work root as its root dir, so every
+session's folder and transcript is in its file browser.
+
+``KERNELEXEC_UPDATE_SCREENSHOT=1`` makes the transcript test write the
+README's picture, ``docs/jupyterlab-transcript.png``; without it the picture
+goes to the test's tmp dir and is only checked.
 """
 
 from __future__ import annotations
@@ -9,22 +15,21 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import httpx
-import nbformat
 import pytest
-from _serverproc import ServerProcess, free_port
+from _labproc import LabProcess
+from _serverproc import ServerProcess
 from conftest import IN_CI
 
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent.parent / "test-artifacts"
+SCREENSHOT = Path(__file__).parent.parent / "docs" / "jupyterlab-transcript.png"
+VIEWPORT = {"width": 1200, "height": 800}
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -33,6 +38,15 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+]
+# What an agent sends: a table, then a chart of it (the README's picture).
+AGENT_BLOCKS = [
+    'import pandas as pd\n\nsales = pd.DataFrame({\n    "month": ["Jan", "Feb", "Mar", "Apr", '
+    '"May", "Jun"],\n    "revenue": [120, 135, 128, 160, 172, 190],\n})\n'
+    'growth = sales.revenue.iloc[-1] / sales.revenue.iloc[0] - 1\nprint(f"growth: {growth:.0%}")',
+    "import matplotlib.pyplot as plt\n\nfig, ax = plt.subplots(figsize=(8, 3.4))\n"
+    'ax.bar(sales.month, sales.revenue, color="#4c72b0")\n'
+    'ax.set(title="Revenue by month", ylabel="revenue (k$)")\nplt.show()',
 ]
 
 
@@ -65,121 +79,100 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="module")
-def lab(agent: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("lab")
-    port, token = free_port(), "lab-token-0123"
-    log = (root.parent / "jupyterlab.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            f"--port={port}",
-            "--ip=127.0.0.1",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            "--allow-root",
-            f"--GatewayClient.url={agent.url}",
-            f"--GatewayClient.auth_token={agent.token}",
-            "--LabApp.news_url=",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=root,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/api/status?token={token}", trust_env=False).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        raise RuntimeError("JupyterLab did not start")
-    yield f"{url}|{token}|{root}"
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        # Its gateway client keeps asking to shut the agent's kernels down (refused: 403).
-        proc.kill()
-        proc.wait(15)
+def lab(agent: ServerProcess) -> Iterator[LabProcess]:
+    proc = LabProcess(agent.work_root, agent)
+    yield proc
+    proc.stop()
 
 
-def test_a_person_sees_the_agents_variable_and_its_plot(agent: ServerProcess, lab: str) -> None:
-    from playwright.sync_api import expect, sync_playwright
+@pytest.fixture(scope="module")
+def browser(agent: ServerProcess) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
 
-    url, token, root = lab.split("|")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def test_attach_lab_opens_the_agents_kernel(
+    agent: ServerProcess, lab: LabProcess, browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
     session_id = agent.create()
     agent.execute(session_id, "x = 'set by the agent: 4242'")
-    agent.execute(session_id, "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2]); plt.show()")
-    # A notebook holding the person's cell, opened on the agent's kernel.
-    # With a kernelspec in its metadata JupyterLab never asks which kernel to start.
-    spec = {"name": "python3", "display_name": "Python 3 (kernelexec)", "language": "python"}
-    nbformat.write(
-        nbformat.v4.new_notebook(
-            cells=[nbformat.v4.new_code_cell("print(x)")], metadata={"kernelspec": spec}
-        ),
-        Path(root) / "debug.ipynb",
-    )
-    # `kernelexec attach --lab` gives JupyterLab a notebook session on the agent's kernel ...
+    # What a person types; the notebook is JupyterLab's, made by attach.
     opened = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kernelexec",
-            "attach",
-            session_id,
-            "--url",
-            agent.url,
-            "--token",
-            agent.token,
-            "--lab",
-            url,
-            "--lab-token",
-            token,
-            "--notebook",
-            "debug.ipynb",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        lab.attach_args(agent, session_id), capture_output=True, text=True, timeout=120
     )
     assert opened.returncode == 0, opened.stderr
-    assert opened.stdout.strip() == f"{url}/lab/tree/debug.ipynb?token={token}"
-    # ... after which JupyterLab lists the kernel, refreshed through the gateway route.
-    listed = httpx.get(f"{url}/api/kernels?token={token}", trust_env=False, timeout=60).json()
-    assert str(uuid.UUID(hex=session_id)) in [k["id"] for k in listed]
-    transcript = agent.http.get(f"/sessions/{session_id}/notebook").text
-    (Path(root) / "transcript.ipynb").write_text(transcript)
 
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
         page.goto(opened.stdout.strip(), timeout=120_000)
-        cell = page.locator(".jp-Notebook .jp-Cell").first
+        cell = page.locator(".jp-Notebook .jp-CodeCell").first
         expect(cell).to_be_visible(timeout=120_000)
         # connected to the agent's kernel, which is idle
         expect(page.locator("#jp-main-statusbar").get_by_text("Idle")).to_be_visible(
             timeout=120_000
         )
-        cell.click()
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.type("print(x)\nfrom_the_browser = 'set in the browser: 77'")
         page.keyboard.press("Shift+Enter")
         output = page.locator(".jp-OutputArea-output").filter(has_text="set by the agent: 4242")
-        try:
-            expect(output).to_be_visible(timeout=60_000)
-        finally:
-            page.screenshot(path=str(ARTIFACTS / "attached-notebook.png"))
+        expect(output).to_be_visible(timeout=60_000)
+    finally:
         page.screenshot(path=str(ARTIFACTS / "attached-notebook.png"))
+        page.close()
+    # One kernel: the agent sees what the person defined.
+    assert agent.execute(session_id, "print(from_the_browser)")["stdout"] == (
+        "set in the browser: 77\n"
+    )
 
-        page.goto(f"{url}/lab/tree/transcript.ipynb?token={token}", timeout=120_000)
+
+def test_a_transcript_with_a_chart_opens_in_jupyterlab(
+    agent: ServerProcess, lab: LabProcess, browser: Any, tmp_path: Path
+) -> None:
+    from PIL import Image
+    from playwright.sync_api import expect
+
+    session_id = agent.create()
+    for code in AGENT_BLOCKS:
+        assert agent.execute(session_id, code)["status"] == "ok"
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        # ?reset: a workspace of its own, with no tab but the transcript's
+        page.goto(f"{lab.url}/lab/tree/{session_id}/transcript.ipynb?reset&token={lab.token}")
         image = page.locator(".jp-RenderedImage img").first
-        expect(image).to_be_visible(timeout=60_000)
-        assert image.evaluate("img => img.naturalWidth") > 100
-        page.screenshot(path=str(ARTIFACTS / "transcript-plot.png"))
-        browser.close()
+        expect(image).to_be_visible(timeout=120_000)
+        expect(page.locator("#jp-main-statusbar").get_by_text("Idle")).to_be_visible(
+            timeout=120_000
+        )
+        assert image.evaluate("img => img.complete && img.naturalWidth") > 300
+        # The notebook alone: the file browser folded away.
+        page.keyboard.press("Control+b")
+        expect(page.locator("#filebrowser")).to_be_hidden(timeout=30_000)
+        box = image.bounding_box()
+        assert box is not None and box["y"] + box["height"] <= VIEWPORT["height"], box
+        update = os.environ.get("KERNELEXEC_UPDATE_SCREENSHOT") == "1"
+        shot = tmp_path / "jupyterlab-transcript.png"
+        page.screenshot(path=str(shot))
+    finally:
+        page.close()
+    picture = Image.open(shot)
+    assert picture.format == "PNG" and picture.size == (VIEWPORT["width"], VIEWPORT["height"])
+    # The page, not a blank one: the chart's bars are in it.
+    chart = picture.convert("RGB").crop(
+        (int(box["x"]), int(box["y"]), int(box["x"] + box["width"]), int(box["y"] + box["height"]))
+    )
+    counted = chart.getcolors(chart.width * chart.height) or []
+    colours = {colour: count for count, colour in counted}
+    bars = colours.get((0x4C, 0x72, 0xB0), 0)
+    assert bars > 1000, bars
+    if update:
+        # A palette of 256 colours keeps the flat interface exact and the file small.
+        picture.convert("RGB").quantize(256, dither=Image.Dither.NONE).save(
+            SCREENSHOT, optimize=True
+        )

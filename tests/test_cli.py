@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -33,7 +34,8 @@ def test_run_markdown_leaves_images_and_transcript(tmp_path: Path) -> None:
     work = tmp_path / "D"
     proc = run("run", str(tmp_path / "sample.md"), "--work-dir", str(work))
     assert proc.returncode == 0, proc.stderr
-    assert "sum 10" in proc.stdout and "0001-1.png" in proc.stdout
+    assert proc.stdout == "sum 10\n0001-1.png\n"  # what the code printed, no more
+    assert "saved outputs/0001-1.png" in proc.stderr
     assert (work / "outputs" / "0001-1.png").exists()
     nbformat.validate(nbformat.read(work / "transcript.ipynb", as_version=4))
 
@@ -42,9 +44,10 @@ def test_failing_block_exits_1_and_json_lines(tmp_path: Path) -> None:
     (tmp_path / "bad.md").write_text("```python\nprint('ok')\n```\n```python\n1/0\n```\n")
     proc = run("run", str(tmp_path / "bad.md"), "--work-dir", str(tmp_path / "D"), "--json")
     assert proc.returncode == 1
-    lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [r["status"] for r in lines] == ["ok", "error"]
-    assert lines[1]["error"]["ename"] == "ZeroDivisionError"
+    *lines, final = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["index"], r["status"]) for r in lines] == [(1, "ok"), (2, "error")]
+    assert lines[1]["result"]["error"]["ename"] == "ZeroDivisionError"
+    assert final["work_dir"] == str(tmp_path / "D") and final["exit_code"] == 1
 
 
 def test_python_file_runs_as_one_block(tmp_path: Path) -> None:
@@ -56,3 +59,34 @@ def test_python_file_runs_as_one_block(tmp_path: Path) -> None:
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     proc = run("run", str(tmp_path / "nope.md"))
     assert proc.returncode == 2 and "cannot read" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_version_and_bare_command_print_help_not_an_error() -> None:
+    import kernelexec
+
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout == f"kernelexec {kernelexec.__version__}\n"
+    proc = run()
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: kernelexec")
+    assert "run" in proc.stdout and "example:" in proc.stdout and proc.stderr == ""
+
+
+def test_every_command_help_carries_an_example() -> None:
+    from kernelexec._cli import _parser
+
+    def commands(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+        found = [prefix]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found += commands(sub, [*prefix, name])
+        return found
+
+    every = commands(_parser(), [])
+    assert len(every) >= 10  # the top level, 8 commands, image build
+    for command in every:
+        proc = run(*command, "--help")
+        assert proc.returncode == 0, proc.stderr
+        example = proc.stdout.split("\nexample:\n", 1)
+        assert len(example) == 2, f"kernelexec {' '.join(command)} --help has no example"
+        assert "  kernelexec " in example[1], command

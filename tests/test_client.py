@@ -184,6 +184,32 @@ async def test_async_client(server: ServerProcess) -> None:
             await wrong.sessions()
 
 
+async def test_async_session_and_attach_work_with_async_with(server: ServerProcess) -> None:
+    # As the sync `with client.session()` reads: a TypeError before (a coroutine).
+    async with AsyncClient(server.url, token=server.token) as client:
+        async with client.session(timeout=60) as session:
+            assert (await session.execute("x = 6 * 7")).ok
+            sid = session.id
+        assert sid not in [s.id for s in await client.sessions()]  # deleted on exit
+
+        kept = await client.session()  # awaiting gives the session itself
+        assert isinstance(kept, kernelexec.AsyncRemoteSession)
+        await kept.execute("x = 6 * 7")
+        async with client.attach(kept.id) as again:  # deleted on exit, like `with`
+            assert (await again.execute("print(x)")).stdout == "42\n"
+        assert kept.id not in [s.id for s in await client.sessions()]
+
+        with pytest.raises(RuntimeError, match="in the block"):
+            async with client.session() as doomed:
+                doomed_id = doomed.id
+                raise RuntimeError("in the block")
+        assert doomed_id not in [s.id for s in await client.sessions()]
+
+        with pytest.raises(ServerError):
+            async with client.session(kernel_name="no-such-kernel"):
+                pass
+
+
 def test_purge_removes_files(client: Client, server: ServerProcess) -> None:
     session = client.session()
     session.upload("f.txt", b"x")

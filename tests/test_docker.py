@@ -128,6 +128,27 @@ async def test_a_missing_image_names_the_build_command(tmp_path: Path) -> None:
         await backend.start(cwd=tmp_path, env={})
 
 
+async def test_docker_backend_runs_the_image_image_build_made(
+    kernel_image: str, tmp_path: Path
+) -> None:
+    # kernel_image was built by `kernelexec image build --base-image <test base>`,
+    # whose tag hashes that base in; DockerBackend() looked only for the tag of
+    # python:3.12-slim, which is not on this engine, and failed to start.
+    backend = DockerBackend()
+    async with AsyncSession(tmp_path, backend=backend) as s:
+        assert (await s.execute("print('in the container')")).ok
+        assert backend.container is not None
+        inspect = subprocess.run(
+            ["docker", "inspect", "--format", "{{.Config.Image}}", backend.container],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    from kernelexec._backends._image import last_built_tag  # here: the old code has none
+
+    assert inspect.stdout.strip() == last_built_tag()
+
+
 def test_the_image_tag_follows_its_inputs() -> None:
     assert image_tag() == image_tag()
     assert image_tag(packages=["numpy"]) != image_tag()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,13 +16,22 @@ from typing import Any
 import nbformat
 import pytest
 import websocket
-from _serverproc import ServerProcess, jupyter_message
+from _labproc import LabProcess
+from _serverproc import ServerProcess, free_port, jupyter_message
 from jupyter_client import BlockingKernelClient
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path_factory.mktemp("jupyter-api") / "root")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def lab(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabProcess]:
+    """A JupyterLab whose kernels are the server's (its gateway)."""
+    proc = LabProcess(tmp_path_factory.mktemp("lab"), server)
     yield proc
     proc.stop()
 
@@ -80,7 +91,13 @@ def test_an_agent_session_is_a_kernel_a_person_can_attach_to(server: ServerProce
 
 def test_closing_a_tab_cannot_end_the_agents_kernel(server: ServerProcess) -> None:
     session_id = server.create()
-    assert server.http.delete(f"/api/kernels/{session_id}").status_code == 403
+    pid = server.kernel_pid(session_id)
+    # JupyterLab lets go of the kernel (a success, else its exit hangs); the kernel runs on.
+    released = server.http.delete(f"/api/kernels/{session_id}")
+    assert released.status_code == 200
+    assert released.json()["shut_down"] is False
+    assert "DELETE /sessions/" in released.json()["message"]
+    assert server.kernel_pid(session_id) == pid
     assert server.execute(session_id, "1 + 1")["text"] == "2\n"
     started = server.http.post("/api/kernels", json={"name": "python3"})
     assert started.status_code == 201
@@ -146,3 +163,172 @@ def test_attach_prints_a_working_console_command(server: ServerProcess) -> None:
         assert attach.wait(60) == 0
     assert not connection_file.exists()  # it holds the stand-in's key: gone with it
     assert server.kernel_pid(session_id) == pid
+
+
+def attach_lab(lab: LabProcess, server: ServerProcess, session_id: str, *options: str) -> Any:
+    return subprocess.run(
+        [*lab.attach_args(server, session_id), *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def lab_session(lab: LabProcess, path: str) -> dict[str, Any] | None:
+    return next((s for s in lab.sessions() if s["path"] == path), None)
+
+
+def test_attach_lab_makes_the_notebook_on_the_agents_kernel(
+    server: ServerProcess, lab: LabProcess
+) -> None:
+    session_id = server.create()
+    opened = attach_lab(lab, server, session_id)
+    assert opened.returncode == 0, opened.stderr
+    path = f"debug-{session_id[:8]}.ipynb"
+    assert opened.stdout == f"{lab.url}/lab/tree/{path}?token={lab.token}\n"
+    # The notebook is there, through JupyterLab's contents API: the URL finds it ...
+    model = lab.http.get(f"/api/contents/{path}").json()
+    assert model["type"] == "notebook"
+    assert model["content"]["metadata"]["kernelspec"]["name"] == "python3"
+    assert [c["cell_type"] for c in model["content"]["cells"]] == ["markdown", "code"]
+    assert session_id in model["content"]["cells"][0]["source"]
+    # ... and its session is on the agent's kernel, which the browser then opens.
+    bound = lab_session(lab, path)
+    assert bound is not None and bound["kernel"]["id"] == str(uuid.UUID(hex=session_id))
+    # Attaching again changes nothing and prints the same URL.
+    again = attach_lab(lab, server, session_id)
+    assert (again.returncode, again.stdout) == (0, opened.stdout), again.stderr
+    assert lab.http.get(f"/api/contents/{path}").json()["content"] == model["content"]
+
+
+def test_attach_lab_keeps_a_notebook_that_is_there(server: ServerProcess, lab: LabProcess) -> None:
+    session_id = server.create()
+    mine = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('my notes')")])
+    nbformat.write(mine, lab.root / "my notes.ipynb")
+    opened = attach_lab(lab, server, session_id, "--notebook", "my notes.ipynb")
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout == f"{lab.url}/lab/tree/my%20notes.ipynb?token={lab.token}\n"
+    assert nbformat.read(lab.root / "my notes.ipynb", 4).cells[0].source == "print('my notes')"
+    bound = lab_session(lab, "my notes.ipynb")
+    assert bound is not None and bound["kernel"]["id"] == str(uuid.UUID(hex=session_id))
+
+
+class _HtmlPage(http.server.BaseHTTPRequestHandler):
+    """A web server that is not JupyterLab: a page for every request."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(b"<html>not JupyterLab</html>")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_attach_lab_refuses_what_it_cannot_do(
+    server: ServerProcess, lab: LabProcess, tmp_path: Path
+) -> None:
+    session_id = server.create()
+    # A notebook JupyterLab has open on another kernel is not taken from it.
+    other = lab.http.post(
+        "/api/sessions",
+        json={"path": "other.ipynb", "type": "notebook", "kernel": {"name": "python3"}},
+    )
+    assert other.status_code == 201, other.text
+    refused = attach_lab(lab, server, session_id, "--notebook", "other.ipynb")
+    assert refused.returncode == 2
+    assert "other.ipynb" in refused.stderr and "--notebook" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert lab_session(lab, "other.ipynb")["kernel"]["id"] == other.json()["kernel"]["id"]  # type: ignore[index]
+    assert lab.http.delete(f"/api/sessions/{other.json()['id']}").status_code == 204
+    # Wrong ids and paths, a JupyterLab not running, a web server that is no JupyterLab.
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    html = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HtmlPage)
+    threading.Thread(target=html.serve_forever, daemon=True).start()
+    try:
+        for target, args, said in (
+            ("0" * 32, ["--notebook", "x.ipynb"], "no session"),
+            ("../../health", ["--notebook", "x.ipynb"], "not a session id"),
+            (session_id, ["--notebook", "x.txt"], ".ipynb"),
+            (session_id, ["--notebook", "no/such/dir.ipynb"], "no/such/dir.ipynb"),
+            (session_id, ["--notebook", "x.ipynb", "--lab", nowhere], "cannot reach JupyterLab"),
+            (session_id, ["--notebook", "x.ipynb", "--lab-token", "wrong"], "--lab-token"),
+            (
+                session_id,
+                ["--notebook", "x.ipynb", "--lab", f"http://127.0.0.1:{html.server_port}"],
+                "does not answer as JupyterLab does",
+            ),
+        ):
+            done = attach_lab(lab, server, target, *args)
+            assert done.returncode == 2, (args, done.stdout)
+            assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+            assert done.stdout == ""
+    finally:
+        html.shutdown()
+        html.server_close()
+    assert not (lab.root / "x.ipynb").exists()
+
+
+def test_attach_lab_refuses_a_jupyterlab_with_kernels_of_its_own(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    # Such a JupyterLab would start a kernel of its own under the agent's kernel id.
+    plain = LabProcess(tmp_path / "plain", None)
+    try:
+        session_id = server.create()
+        refused = attach_lab(plain, server, session_id)
+        assert refused.returncode == 2
+        assert "--GatewayClient.url" in refused.stderr and server.url in refused.stderr
+        assert plain.http.get("/api/kernels").json() == []
+        assert plain.sessions() == []
+        assert list(plain.root.iterdir()) == []
+    finally:
+        plain.stop()
+
+
+def open_channels(lab: LabProcess, kernel_id: str) -> websocket.WebSocket:
+    """A browser tab's connection to a kernel, through JupyterLab (and so to the server)."""
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{lab.port}/api/kernels/{kernel_id}/channels",
+        header=[f"Authorization: token {lab.token}"],
+        timeout=60,
+    )
+    ws.send(json.dumps(jupyter_message("kernel_info_request", {})))
+    while json.loads(ws.recv())["msg_type"] != "kernel_info_reply":
+        pass
+    return ws
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_jupyterlab_using_the_server_stops_and_leaves_the_agents_kernel(
+    server: ServerProcess, tmp_path: Path, sig: signal.Signals
+) -> None:
+    session_id = server.create()
+    pid = server.kernel_pid(session_id)
+    gateway_lab = LabProcess(tmp_path / "lab", server)
+    tabs: list[websocket.WebSocket] = []
+    try:
+        assert attach_lab(gateway_lab, server, session_id).returncode == 0
+        # A notebook of the person's own: JupyterLab starts its kernel on the server.
+        own = gateway_lab.http.post(
+            "/api/sessions",
+            json={"path": "mine.ipynb", "type": "notebook", "kernel": {"name": "python3"}},
+        )
+        assert own.status_code == 201, own.text
+        own_kernel = own.json()["kernel"]["id"]
+        assert own_kernel in [k["id"] for k in server.http.get("/api/kernels").json()]
+        tabs = [open_channels(gateway_lab, k) for k in (str(uuid.UUID(hex=session_id)), own_kernel)]
+
+        assert gateway_lab.exit_code_after(sig, within=30) is not None, gateway_lab.log.read_text()
+        # The agent's kernel runs on, untouched; the kernel JupyterLab started is gone
+        # and no longer holds one of the server's sessions.
+        assert server.kernel_pid(session_id) == pid
+        kernels = [k["id"] for k in server.http.get("/api/kernels").json()]
+        assert str(uuid.UUID(hex=session_id)) in kernels and own_kernel not in kernels
+        sessions = [s["id"] for s in server.http.get("/sessions").json()["sessions"]]
+        assert own_kernel.replace("-", "") not in sessions
+    finally:
+        for tab in tabs:
+            tab.close()
+        gateway_lab.stop()

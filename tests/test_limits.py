@@ -71,7 +71,9 @@ async def test_a_session_with_its_own_caps_starts_its_own_kernel(tmp_path: Path)
     async with KernelPool(1) as pool:
         await pool.wait_ready(60)
         limits = Limits(max_output_bytes=5_000)
-        async with AsyncSession(tmp_path, pool=pool, limits=limits) as s:
+        with pytest.warns(UserWarning, match=r"other byte caps \(max_output_bytes\)"):
+            s = AsyncSession(tmp_path, pool=pool, limits=limits)
+        async with s:
             result = await s.execute("'c' * 20_000")
             assert pool.ready == 1, "the pool's kernel has the default caps"
         assert result.files == ["outputs/in1-result.txt"], result.message

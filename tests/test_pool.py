@@ -9,10 +9,20 @@ from pathlib import Path
 import pytest
 from conftest import process_gone
 
-from kernelexec import AsyncSession, KernelPool, KernelStartError
+from kernelexec import (
+    AsyncSession,
+    ConfigurationError,
+    KernelPool,
+    KernelStartError,
+    Limits,
+    LocalBackend,
+)
 
-PRELOAD = "import json, statistics"
+# The preload records where the kernel started: a pooled kernel started in the
+# pool's own dir, a cold one in its session's work dir.
+PRELOAD = "import json, statistics, os as _os\n_born_in = _os.getcwd()"
 PROBE = "import os\nprint(os.getcwd(), os.environ['PWD'], 'json' in dir(), 'secret' in dir())"
+WARM = "print(_born_in != os.getcwd(), os.getcwd())"
 
 
 @pytest.fixture
@@ -49,13 +59,69 @@ async def test_a_restart_keeps_the_work_dir_and_the_preload(
         assert after.stdout == f"{s.work_dir} {s.work_dir} True False\n"
 
 
-async def test_a_session_of_another_configuration_starts_cold(
+async def test_a_session_given_only_the_pool_takes_its_configuration_and_a_warm_kernel(
     pool: KernelPool, tmp_path: Path
 ) -> None:
-    async with AsyncSession(tmp_path, pool=pool, env={"MODE": "other"}) as s:
+    async with AsyncSession(tmp_path, pool=pool) as s:
+        result = await s.execute("import os\n" + WARM)
+        assert result.stdout == f"True {s.work_dir}\n"  # a pooled kernel, moved here
+        await s.restart()  # the session's own kernel from now on, with the pool's preload
+        assert (await s.execute("'json' in dir()")).text == "True\n"
+
+
+async def test_a_session_asking_for_another_configuration_is_warned_it_starts_cold(
+    pool: KernelPool, tmp_path: Path
+) -> None:
+    with pytest.warns(UserWarning, match="starts its own kernel, cold") as caught:
+        s = AsyncSession(tmp_path, pool=pool, env={"MODE": "s3cret-value"}, preload="")
+    warning = str(caught[0].message)
+    assert caught[0].filename == __file__  # the caller's line, not kernelexec's
+    assert "env with other values for MODE" in warning and "s3cret-value" not in warning
+    assert "preload=None (the pool's: 'import json, statistics, os as _os" in warning
+    async with s:
         result = await s.execute("import os; print(os.environ['MODE'], 'json' in dir())")
-        assert result.stdout == "other False\n"
+        assert result.stdout == "s3cret-value False\n"
         assert pool.ready == 2  # nothing was taken
+
+
+async def test_a_session_that_agrees_with_the_pool_is_not_warned(
+    pool: KernelPool, tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    # Said again, the pool's own settings are no mismatch; limits that stay in
+    # this process (max_text_chars) are none either.
+    async with AsyncSession(
+        tmp_path,
+        pool=pool,
+        preload=PRELOAD,
+        kernel_name="python3",
+        env={},
+        limits=Limits(max_text_chars=5_000),
+    ) as s:
+        assert (await s.execute("import os\n" + WARM)).stdout == f"True {s.work_dir}\n"
+    assert not [w for w in recwarn if "cold" in str(w.message)]
+
+
+async def test_a_pool_with_its_own_byte_caps_hands_them_to_its_sessions(tmp_path: Path) -> None:
+    limits = Limits(max_output_bytes=5_000)
+    async with KernelPool(1, preload=PRELOAD, limits=limits) as pool:
+        await pool.wait_ready(120)
+        async with AsyncSession(tmp_path, pool=pool) as s:
+            assert s.limits == limits
+            assert (await s.execute("import os\n" + WARM)).stdout == f"True {s.work_dir}\n"
+            result = await s.execute("'c' * 20_000")
+        assert result.files == ["outputs/in2-result.txt"], result.message
+        assert len(result.outputs[0]["data"]["text/plain"]) <= 5_000
+
+
+async def test_a_closed_pool_or_a_backend_beside_a_pool_is_said(tmp_path: Path) -> None:
+    pool = KernelPool(1)
+    with pytest.raises(ConfigurationError, match="backend= or pool=, not both"):
+        AsyncSession(tmp_path, pool=pool, backend=LocalBackend())
+    await pool.close()
+    with pytest.warns(
+        UserWarning, match="cold, instead of taking a ready one from its pool: the pool is closed"
+    ):
+        AsyncSession(tmp_path, pool=pool)
 
 
 async def test_the_pool_refills_in_the_background(pool: KernelPool, tmp_path: Path) -> None:

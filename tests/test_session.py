@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import site
 import sys
 import sysconfig
@@ -12,7 +13,14 @@ from pathlib import Path
 import pytest
 
 import kernelexec
-from kernelexec import AsyncSession, ExecutionResult, KernelStartError, Session, SessionClosedError
+from kernelexec import (
+    AsyncSession,
+    ExecutionResult,
+    KernelStartError,
+    Limits,
+    Session,
+    SessionClosedError,
+)
 
 SVG = (
     '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4">'
@@ -97,32 +105,31 @@ async def test_markdown_message_runs_python_and_bash_in_the_same_cwd(session: As
         "First python:\n```python\nimport os\nopen('made_by_python.txt', 'w').write('hi')\n"
         "print(os.getcwd())\n```\nThen shell:\n```bash\npwd\ncat made_by_python.txt\n```\n"
     )
-    results = await session.run_markdown(message)
-    assert [r.status for r in results] == ["ok", "ok"]
-    assert [r.language for r in results] == ["python", "bash"]
-    assert results[0].stdout == results[1].stdout.splitlines()[0] + "\n" == f"{session.work_dir}\n"
-    assert results[1].stdout.endswith("hi")
+    results = [r.result for r in await session.run_markdown(message)]
+    assert all(r is not None for r in results)
+    assert [r.status for r in results] == ["ok", "ok"]  # type: ignore[union-attr]
+    assert [r.language for r in results] == ["python", "bash"]  # type: ignore[union-attr]
+    first, second = results[0].stdout, results[1].stdout  # type: ignore[union-attr]
+    assert first == second.splitlines()[0] + "\n" == f"{session.work_dir}\n"
+    assert second.endswith("hi")
 
 
 async def test_markdown_stops_after_the_first_failure(session: AsyncSession) -> None:
     results = await session.run_markdown(
         "```python\nx = 1\n```\n```sh\nexit 3\n```\n```python\nx = 2\n```"
     )
-    assert [r.status for r in results] == ["ok", "error"]
-    assert results[1].error is not None and results[1].error.evalue == "bash exited with status 3"
+    assert [r.status for r in results] == ["ok", "error", "not_run"]
+    error = results[1].result.error  # type: ignore[union-attr]
+    assert error is not None and error.evalue == "bash exited with status 3"
     assert (await session.execute("x")).text == "1\n"
 
 
-async def test_unknown_language_is_refused_and_nothing_runs(session: AsyncSession) -> None:
+async def test_unknown_language_is_refused(session: AsyncSession) -> None:
     result = await session.execute("puts 1", language="ruby")
     assert result.status == "error" and result.error is not None
     assert result.error.ename == "UnsupportedLanguage"
     assert "ruby" in result.text and "python" in result.text
-    results = await session.run_markdown(
-        "```python\nopen('ran.txt', 'w').write('x')\n```\n```ruby\nputs 1\n```"
-    )
-    assert len(results) == 1 and results[0].error.ename == "UnsupportedLanguage"  # type: ignore[union-attr]
-    assert not (session.work_dir / "ran.txt").exists()
+    # In a message, such a block fails at its position (tests/test_markdown.py).
 
 
 async def test_result_serializes_to_json_and_back(session: AsyncSession) -> None:
@@ -249,3 +256,38 @@ async def test_history_works_but_stays_out_of_the_users_history_file(tmp_path: P
         assert "marker_7f3a = 1" in shown.stdout
     databases = list(ipython_dir.rglob("history.sqlite"))
     assert all(b"marker_7f3a" not in db.read_bytes() for db in databases)
+
+
+@pytest.mark.parametrize(
+    ("limits", "lines"),
+    [
+        (Limits(), 400_000),  # the streams cut, then the text: one marker
+        (Limits(max_stream_chars=1_000), 20_000),  # only the streams cut
+        (Limits(max_stream_chars=1_000, max_text_chars=1_000), 20_000),  # both, near each other
+        (Limits(max_stream_chars=4_000, max_text_chars=1_000), 20_000),
+    ],
+)
+async def test_a_flood_text_names_one_cut_count_and_it_is_exact(
+    tmp_path: Path, limits: Limits, lines: int
+) -> None:
+    async with AsyncSession(tmp_path, limits=limits) as s:
+        result = await s.execute(
+            f"import sys\nfor i in range({lines}): sys.stdout.write(f'{{i:07d}}\\n')"
+        )
+    assert result.ok, result.message
+    full = "".join(f"{i:07d}\n" for i in range(lines))
+    counts = re.findall(r"([\d,]+) characters[a-z ]*? cut", result.text)  # of output were cut, ...
+    assert len(counts) == 1, result.text
+    head, rest = result.text.split("\n[... ", 1)
+    tail, note = rest.split(" ...]\n", 1)[1].split("[kernelexec] ", 1)
+    assert full.startswith(head) and full.endswith(tail)
+    assert int(counts[0].replace(",", "")) == len(full) - len(head) - len(tail)
+    kept = len(result.stdout) - len(
+        f"\n[... {len(full) - limits.max_stream_chars:,} characters cut ...]\n"
+    )
+    assert kept == limits.max_stream_chars
+    assert note.startswith(
+        f"stdout and stderr were {len(full):,} characters, of which the result keeps "
+        f"{kept:,}, head and tail (Limits.max_stream_chars); all of it is in {result.full_output}."
+    )
+    assert len(result.text) <= limits.max_text_chars + 100

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import nbformat
@@ -64,8 +65,45 @@ async def test_a_new_session_continues_an_existing_transcript(tmp_path: Path) ->
             "from IPython.display import SVG; SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')"
         )
     nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
-    assert len(nb.cells) == 2
+    assert [c.cell_type for c in nb.cells] == ["code", "markdown", "code"]  # a note between
     assert first.files != second.files  # numbering continues, nothing overwritten
+
+
+async def test_each_new_session_in_a_work_dir_is_announced_in_the_transcript(
+    tmp_path: Path,
+) -> None:
+    # Three runs of the same script into one work dir: In [1], [2], [1], [2], [1], [2].
+    for _ in range(3):
+        async with AsyncSession(tmp_path) as s:
+            await s.execute("x = 1")
+            await s.execute("x + 1")
+    async with AsyncSession(tmp_path):
+        pass  # a session that runs nothing leaves no note
+    nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
+    nbformat.validate(nb)
+    shown = [c.execution_count if c.cell_type == "code" else c.source for c in nb.cells]
+    assert shown[:2] == [1, 2] and shown[3:5] == [1, 2] and shown[6:] == [1, 2]
+    for note, number in ((shown[2], 2), (shown[5], 3)):
+        assert isinstance(note, str)
+        assert note.startswith(f"*kernelexec: session {number} started 20")
+        assert "with a new kernel: execution counts start again at 1" in note
+    assert nb.cells[5].metadata["kernelexec"]["session"] == 3
+
+
+async def test_session_numbers_planted_in_the_transcript_are_checked(tmp_path: Path) -> None:
+    # The kernel can write its work dir's transcript: only a plausible number counts.
+    nb = nbformat.v4.new_notebook()
+    for number in (7, 10**30, "99", True, None):
+        cell = nbformat.v4.new_markdown_cell("planted")
+        cell.metadata["kernelexec"] = {"session": number}
+        nb.cells.append(cell)
+    nb.cells.append(nbformat.v4.new_markdown_cell("no metadata of ours"))
+    nb.cells[-1].metadata = {"kernelexec": "not a dict"}
+    (tmp_path / "transcript.ipynb").write_text(json.dumps(nb))
+    async with AsyncSession(tmp_path) as s:
+        await s.execute("1")
+    cells = nbformat.read(tmp_path / "transcript.ipynb", as_version=4).cells
+    assert cells[-2].source.startswith("*kernelexec: session 8 started")
 
 
 async def test_a_broken_transcript_is_moved_aside_not_overwritten(tmp_path: Path) -> None:

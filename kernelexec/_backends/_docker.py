@@ -36,7 +36,7 @@ from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
 from .._kernel import BOOT_DIR
 from ._docker_engine import docker, engine_problem
-from ._image import image_tag
+from ._image import image_tag, last_built_tag
 from ._local import LocalBackend, _context, _describe_exit
 from ._zmq import KernelSockets
 
@@ -60,8 +60,10 @@ class DockerBackend(LocalBackend):
     after a crash.
 
     Args:
-        image: the kernel image; default, the one ``kernelexec image build``
-            makes with default inputs.
+        image: the kernel image's tag (``kernelexec image build`` prints it);
+            default, the image ``kernelexec image build`` built (or found
+            built) last, whatever its options, else the one it makes with
+            default inputs.
         memory: memory limit, e.g. "512m" (swap is not allowed beyond it).
         cpus: CPU limit, e.g. 1.5.
         pids_limit: most processes and threads in the container.
@@ -110,7 +112,7 @@ class DockerBackend(LocalBackend):
             await self.shutdown()  # a dead kernel's container and IPC dir (auto_restart=False)
         self._cwd, self._env = cwd, env
         self._ended = None
-        image = self.image or image_tag()
+        image = self.image or await self._default_image()
         await self._check_image(image)
         self._ipc_dir = Path(tempfile.mkdtemp(prefix="kx-", dir="/tmp"))
         connection_file = self._write_connection_file(self._ipc_dir)
@@ -193,6 +195,14 @@ class DockerBackend(LocalBackend):
         return dict(self._info)
 
     # -- internals
+
+    async def _default_image(self) -> str:
+        # The build's options (--base-image, --packages, ...) are in the tag's
+        # hash, so the image just built is found by the tag the build moves.
+        for candidate in (last_built_tag(), image_tag()):
+            if (await docker("image", "inspect", "--format", "{{.Id}}", candidate)).ok:
+                return candidate
+        return image_tag()  # absent: _check_image says how to build it
 
     async def _check_image(self, image: str) -> None:
         reply = await docker("image", "inspect", "--format", "{{.Id}}", image)

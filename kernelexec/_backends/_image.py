@@ -3,6 +3,11 @@
 The tag is a hash of everything that goes into the image (the Dockerfile, the
 base image, the extra packages, the requirements file's content), so building
 again with the same inputs is a no-op and a changed input makes a new image.
+
+The Dockerfile is package data, next to this module, so a wheel installed
+anywhere builds the same image (and gets the same tag) as a source checkout.
+Its build context is a temporary directory holding only the Dockerfile and the
+requirements file: nothing else is COPYed, so nothing else needs to ship.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ from pathlib import Path
 from .._exceptions import ConfigurationError, KernelexecError
 from ._docker_engine import docker, engine_problem
 
-__all__ = ["DEFAULT_BASE_IMAGE", "DOCKERFILE", "build_image", "image_tag"]
+__all__ = ["DEFAULT_BASE_IMAGE", "DOCKERFILE", "build_image", "image_tag", "last_built_tag"]
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
-DOCKERFILE = Path(__file__).resolve().parents[2] / "docker" / "Dockerfile"
+DOCKERFILE = Path(__file__).resolve().with_name("Dockerfile")
 REPOSITORY = "kernelexec-kernel"
 
 
@@ -60,6 +65,7 @@ async def build_image(
         raise ConfigurationError(f"cannot read --requirements {requirements}: {exc}") from exc
     tag = image_tag(base_image=base_image, packages=packages, requirements=requirements_text)
     if (await docker("image", "inspect", tag)).ok:
+        await _mark_last_built(tag)
         return tag
     with tempfile.TemporaryDirectory(prefix="kernelexec-image-") as context:
         (Path(context) / "Dockerfile").write_text(_dockerfile().read_text(encoding="utf-8"))
@@ -87,13 +93,37 @@ async def build_image(
             or f"docker build of {tag} failed; its output says why "
             "(a base image that cannot be pulled? pass --base-image)"
         )
+    await _mark_last_built(tag)
     return tag
 
 
+def last_built_tag() -> str:
+    """The tag on the image ``build_image`` built or found last: DockerBackend's default.
+
+    ``kernelexec image build --base-image X`` then ``DockerBackend()`` should
+    run that image, whose tag no default could compute. The tag names the
+    Dockerfile's digest, so an image built from another kernelexec's
+    Dockerfile is never picked up.
+    """
+    digest = hashlib.sha256(_dockerfile().read_bytes()).hexdigest()
+    return f"{REPOSITORY}:last-{digest[:12]}"
+
+
+async def _mark_last_built(tag: str) -> None:
+    reply = await docker("tag", tag, last_built_tag())
+    if not reply.ok:
+        raise KernelexecError(
+            engine_problem(reply) or f"docker tag {tag} failed: {reply.stderr.strip()}"
+        )
+
+
 def _dockerfile() -> Path:
+    # Only a broken install lacks it (package data left out by a repackager, or a
+    # file deleted by hand): say so rather than fail inside the hash or the build.
     if not DOCKERFILE.is_file():
         raise ConfigurationError(
-            f"the kernel image's Dockerfile is not at {DOCKERFILE}; run `kernelexec image "
-            "build` from a kernelexec source checkout (it ships in docker/)"
+            f"the kernel image's Dockerfile is missing from the installed kernelexec "
+            f"(expected at {DOCKERFILE}); reinstall it: "
+            "python -m pip install --force-reinstall kernelexec"
         )
     return DOCKERFILE

@@ -5,6 +5,9 @@ message through the server's channels WebSocket (``_client/_console.py``):
 the console never holds the kernel's key, and the server refuses its
 ``shutdown_request``. With ``exit`` (which kernelexec's kernels survive) the
 console leaves and the agent's kernel runs on.
+
+With ``--lab URL``, a notebook in a JupyterLab that uses the server as its
+gateway instead, created and opened on the agent's kernel (``_jupyterlab.py``).
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
 import sys
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,18 +31,23 @@ from jupyter_core.paths import jupyter_runtime_dir
 from .._client._console import channels_url, run_bridged
 from .._environment import server_token
 from .._exceptions import ServerError
+from ._jupyterlab import open_notebook
 
 __all__ = ["add_command"]
+
+_SESSION_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def add_command(commands: Any) -> None:
     attach = commands.add_parser(
         "attach",
-        help="open jupyter console on a session's kernel",
+        help="open jupyter console (or, with --lab, a JupyterLab notebook) on a session's kernel",
         description="Opens `jupyter console` on the kernel of a session of a running "
         "`kernelexec serve`, through the server, to inspect and debug what the agent is "
         "doing. What you run there is not recorded in the agent's transcript, and `exit` "
         "leaves the agent's kernel running.",
+        epilog="example:\n  kernelexec attach 5d41402abc4b2a76b9719d911017c592 --lab "
+        'http://127.0.0.1:8888 --lab-token "$JUPYTER_TOKEN"   # ids: GET /sessions\n',
     )
     attach.add_argument("session", help="the session id (GET /sessions lists them)")
     attach.add_argument("--url", default="http://127.0.0.1:8765", help="the server's URL")
@@ -53,12 +61,15 @@ def add_command(commands: Any) -> None:
     attach.add_argument(
         "--lab",
         metavar="URL",
-        help="instead of a console: open a notebook on the kernel in this JupyterLab (started "
-        "with --GatewayClient.url pointing at the server) and print the notebook's URL",
+        help="instead of a console: create a notebook in this JupyterLab (started with "
+        "--GatewayClient.url pointing at the server), open it on the session's kernel and "
+        "print its URL",
     )
     attach.add_argument("--lab-token", default="", help="that JupyterLab's token")
     attach.add_argument(
-        "--notebook", default="debug-{session}.ipynb", help="the notebook's path in JupyterLab"
+        "--notebook",
+        default="debug-{session}.ipynb",
+        help="the notebook's path in JupyterLab, created if absent (default: %(default)s)",
     )
     attach.set_defaults(handler=_attach)
 
@@ -70,17 +81,26 @@ def _attach(args: argparse.Namespace) -> int:
             "kernelexec: give the server's token with --token or KERNELEXEC_TOKEN", file=sys.stderr
         )
         return 2
+    session = args.session.replace("-", "").lower()
+    if not _SESSION_ID.fullmatch(session):
+        print(
+            f"kernelexec: {args.session!r} is not a session id (32 hex digits; GET /sessions "
+            "lists them)",
+            file=sys.stderr,
+        )
+        return 2
+    args.session = session
     if args.lab:
-        return _attach_lab(args)
+        return _attach_lab(args, token)
     if not args.print and shutil.which("jupyter-console") is None:
         print(
             "kernelexec: jupyter console is not installed (pip install jupyter-console)",
             file=sys.stderr,
         )
         return 2
-    refusal = _check_session(args.url, args.session, token)
-    if refusal is not None:
-        print(f"kernelexec: {refusal}", file=sys.stderr)
+    model = _server_kernel(args.url, args.session, token)
+    if isinstance(model, str):
+        print(f"kernelexec: {model}", file=sys.stderr)
         return 2
     try:
         return asyncio.run(run_bridged(channels_url(args.url, args.session), token, _console(args)))
@@ -89,8 +109,8 @@ def _attach(args: argparse.Namespace) -> int:
         return 2
 
 
-def _check_session(url: str, session: str, token: str) -> str | None:
-    """Why the server will not let a console on the session's kernel, or None."""
+def _server_kernel(url: str, session: str, token: str) -> dict[str, Any] | str:
+    """The session's kernel's model on the server, or why it cannot be attached to."""
     try:
         response = httpx.get(
             f"{url.rstrip('/')}/api/kernels/{session}",
@@ -100,13 +120,15 @@ def _check_session(url: str, session: str, token: str) -> str | None:
         )
     except httpx.HTTPError as exc:
         return f"cannot reach {url}: {exc}"
-    if response.status_code == 200:
-        return None
     try:
-        message = str(response.json().get("message", response.text))
-    except (ValueError, AttributeError):
-        message = response.text[:300]
-    return message
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code == 200 and isinstance(body, dict):
+        return body
+    if isinstance(body, dict) and "message" in body:
+        return str(body["message"])
+    return f"{url} answered {response.status_code}: {response.text[:300]}"
 
 
 def _console(args: argparse.Namespace) -> Callable[[dict[str, Any]], Awaitable[int]]:
@@ -144,34 +166,21 @@ def _console(args: argparse.Namespace) -> Callable[[dict[str, Any]], Awaitable[i
     return use
 
 
-def _attach_lab(args: argparse.Namespace) -> int:
-    # JupyterLab's gateway client lists only the kernels it has a session for, so
-    # give it one on the agent's kernel; the notebook then opens on that kernel.
-    lab = args.lab.rstrip("/")
-    path = args.notebook.format(session=args.session[:8])
-    try:
-        kernel = str(uuid.UUID(hex=args.session.replace("-", "")))
-    except ValueError:
-        print(f"kernelexec: {args.session!r} is not a session id", file=sys.stderr)
+def _attach_lab(args: argparse.Namespace, token: str) -> int:
+    session = args.session
+    model = _server_kernel(args.url, session, token)
+    if isinstance(model, str):
+        print(f"kernelexec: {model}", file=sys.stderr)
         return 2
-    body = {"path": path, "name": path, "type": "notebook", "kernel": {"id": kernel}}
-    headers = {"Authorization": f"token {args.lab_token}"} if args.lab_token else {}
-    try:
-        response = httpx.post(
-            f"{lab}/api/sessions", json=body, headers=headers, trust_env=False, timeout=60
-        )
-    except httpx.HTTPError as exc:
-        print(f"kernelexec: cannot reach JupyterLab at {lab}: {exc}", file=sys.stderr)
-        return 2
-    if response.status_code != 201:
-        print(
-            f"kernelexec: JupyterLab refused the session ({response.status_code}): "
-            f"{response.text[:300]}",
-            file=sys.stderr,
-        )
-        return 2
-    token = f"?token={args.lab_token}" if args.lab_token else ""
-    print(f"{lab}/lab/tree/{path}{token}")
+    url = open_notebook(
+        args.lab,
+        args.lab_token,
+        session=session,
+        kernel_name=str(model.get("name") or "python3"),
+        path=args.notebook.replace("{session}", session[:8]),
+        server_url=args.url.rstrip("/"),
+    )
+    print(url)
     return 0
 
 

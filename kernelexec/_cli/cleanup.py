@@ -15,6 +15,8 @@ def add_command(commands: Any) -> None:
         "cleanup",
         help="remove kernel containers left by crashed processes",
         description="Removes kernelexec's containers whose owning process is gone.",
+        epilog="example:\n"
+        "  kernelexec cleanup          # after a crash; --all also stops running ones\n",
     )
     cleanup.add_argument(
         "--all", action="store_true", help="also remove containers of processes still running"

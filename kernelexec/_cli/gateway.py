@@ -15,19 +15,26 @@ Stock Kernel Gateway, configured and lightly patched in this process:
 - a client's ``KERNEL_WORKING_DIR`` becomes the kernel's cwd when that
   directory exists (GatewayBackend sends its session's work dir on loopback);
 - the gateway notices a dead kernel within a second, not three;
-- kernels listen on Unix sockets, not on TCP ports another process could take.
+- kernels listen on Unix sockets, not on TCP ports another process could take;
+- the start-up contract of ``serve`` (see ``_startup``): the port is bound
+  before the gateway says it is serving, and that bound socket is the one
+  the gateway accepts on, so ``--port 0`` prints the real port and a port in
+  use is one line with exit status 2; the same token rule; Ctrl-C stops it
+  like SIGTERM, shutting its kernels down.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import secrets
+import signal
+import socket
 import sys
 from typing import Any
 
-from .._environment import kernel_env
+from .._environment import kernel_env, server_token
 from .._secrecy import drop_capabilities, protect_process
+from ._startup import DEFAULT_PORTS, resolve_token, url
 
 __all__ = ["ALLOWED_CLIENT_ENV", "add_command", "run_gateway"]
 
@@ -56,12 +63,25 @@ def add_command(commands: Any) -> None:
         help="run a local Jupyter Kernel Gateway tuned for agents",
         description="Runs a Jupyter Kernel Gateway for GatewayBackend: token required, "
         "TCP_NODELAY on kernel WebSockets, no IOPub rate limit, no secrets in kernels.",
+        epilog="example:\n"
+        '  kernelexec gateway --token "$KERNELEXEC_TOKEN"   # GatewayBackend(url, token=...)\n',
     )
-    gateway.add_argument("--port", type=int, default=8888, help="TCP port (default 8888)")
     gateway.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+        "--port",
+        default=DEFAULT_PORTS["gateway"],
+        help=f"TCP port (default {DEFAULT_PORTS['gateway']}; 0 picks a free one, and the "
+        "printed URL has it)",
     )
-    gateway.add_argument("--token", help="the clients' token (default: generated and printed)")
+    gateway.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; any other than loopback needs --token)",
+    )
+    gateway.add_argument(
+        "--token",
+        default=server_token(),
+        help="the clients' token (default: $KERNELEXEC_TOKEN, else a new one, printed)",
+    )
     gateway.add_argument(
         "--allow-env",
         nargs="*",
@@ -74,8 +94,10 @@ def add_command(commands: Any) -> None:
 
 
 def _gateway(args: argparse.Namespace) -> int:
+    from .._server._serve import check_port
+
     return run_gateway(
-        port=args.port,
+        port=check_port(args.port),
         token=args.token,
         host=args.host,
         nodelay=not args.no_nodelay,
@@ -95,8 +117,9 @@ def run_gateway(
     """Runs the gateway in this process until it is stopped (Ctrl-C, SIGTERM).
 
     Args:
-        port: the TCP port; 0 picks a free one.
-        token: the clients' token; None generates one and prints it.
+        port: the TCP port; 0 picks a free one (the printed URL has it).
+        token: the clients' token; None generates one and prints it (on
+            loopback only).
         host: the address to listen on; keep it on loopback unless TLS and a
             firewall are in front.
         nodelay: set TCP_NODELAY on kernel WebSockets (off only to measure).
@@ -105,19 +128,23 @@ def run_gateway(
 
     Returns:
         The process exit status.
+
+    Raises:
+        ConfigurationError: before anything is printed: the token breaks the
+            rule (or is missing off loopback), or the port cannot be bound.
     """
-    from kernel_gateway.gatewayapp import KernelGatewayApp
     from traitlets.config import Config
 
+    from .._server._serve import listen
+
+    token, generated = resolve_token(token, host)
+    sock = listen(host, port)
     # The kernels are stock ipykernel: nothing of kernelexec's runs in them, so
     # this process keeps its secrets itself (see _secrecy): non-dumpable, its
     # --token starred out of /proc/<pid>/cmdline, and the capabilities that
     # would read it anyway dropped from the bounding set the kernels inherit.
     drop_capabilities()
     protect_process()
-    if not token:
-        token = secrets.token_urlsafe(24)
-        print(f"kernelexec gateway: generated token: {token}", flush=True)
     # From here on this process, and so every kernel it starts, has no secrets.
     clean = kernel_env()
     os.environ.clear()
@@ -141,8 +168,15 @@ def run_gateway(
         # Unix sockets beside the connection files, for LocalBackend's reason:
         # no TCP port to lose to another process before the kernel binds it.
         config.KernelManager.transport = "ipc"
-    print(f"kernelexec gateway: listening on http://{host}:{port or '<free port>'}", flush=True)
-    KernelGatewayApp.launch_instance(argv=list(extra_argv), config=config)
+    app = _gateway_app().instance(config=config)
+    app.kernelexec_socket = sock
+    app.initialize(list(extra_argv))
+    # Said once the socket accepts (it queues connections until start() runs
+    # the loop), with the port it really has.
+    print(f"kernelexec gateway: serving {url(host, sock.getsockname()[1])}", flush=True)
+    if generated:
+        print(f"kernelexec gateway: token {token}", flush=True)
+    app.start()
     return 0
 
 
@@ -159,6 +193,35 @@ def _set_nodelay_on_kernel_websockets() -> None:
 
     open_with_nodelay._kernelexec_nodelay = True  # type: ignore[attr-defined]
     setattr(KernelWebsocketHandler, "open", open_with_nodelay)  # noqa: B010
+
+
+def _gateway_app() -> Any:
+    from kernel_gateway.gatewayapp import KernelGatewayApp
+    from tornado.httpserver import HTTPServer
+
+    class AgentGatewayApp(KernelGatewayApp):  # type: ignore[misc]
+        """Kernel Gateway on a socket bound before it starts; Ctrl-C stops it like SIGTERM."""
+
+        kernelexec_socket: socket.socket
+
+        def init_http_server(self) -> None:
+            # Stock binds here, tries other ports when its own is taken, and
+            # keeps the 0 it was given as its port: run_gateway has bound it.
+            self.http_server = HTTPServer(
+                self.web_app, xheaders=self.trust_xheaders, ssl_options=self._build_ssl_options()
+            )
+            self.kernelexec_socket.setblocking(False)  # tornado accepts until EAGAIN
+            self.http_server.add_sockets([self.kernelexec_socket])
+            self.port = self.kernelexec_socket.getsockname()[1]
+
+        def init_signal(self) -> None:
+            super().init_signal()
+            # Stock Ctrl-C asks "Shutdown this Jupyter server (y/[n])?" on a
+            # terminal and raises KeyboardInterrupt off one, which stops the
+            # loop before the kernels are shut down.
+            signal.signal(signal.SIGINT, self._signal_stop)
+
+    return AgentGatewayApp
 
 
 def _agent_kernel_manager() -> type:

@@ -12,13 +12,18 @@ __all__ = ["add_command"]
 
 def add_command(commands: Any) -> None:
     """Adds ``kernelexec image build``."""
-    image = commands.add_parser("image", help="build the Docker image for DockerBackend")
+    image = commands.add_parser(
+        "image",
+        help="build the Docker image for DockerBackend",
+        epilog="example:\n  kernelexec image build --packages pandas matplotlib\n",
+    )
     image_commands = image.add_subparsers(required=True, metavar="ACTION")
     build = image_commands.add_parser(
         "build",
         help="build and tag the kernel image",
-        description="Builds docker/Dockerfile; the tag is derived from every input, so "
+        description="Builds kernelexec's Dockerfile; the tag is derived from every input, so "
         "building again with the same inputs does nothing. Prints the tag.",
+        epilog="example:\n  kernelexec image build --packages pandas matplotlib\n",
     )
     build.add_argument("--base-image", help="FROM image (default python:3.12-slim)")
     build.add_argument(

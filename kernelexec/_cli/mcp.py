@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from .._environment import server_token
+from .._exceptions import ConfigurationError
+from ._startup import DEFAULT_PORTS, resolve_token, url, usable_work_root
 
 __all__ = ["add_command"]
+
+_HOST = "127.0.0.1"  # no --host: MCP over HTTP stays on loopback
 
 
 def add_command(commands: Any) -> None:
@@ -23,6 +26,8 @@ def add_command(commands: Any) -> None:
         "127.0.0.1 with --http. Tools: execute_code, list_sessions, restart_session, "
         "interrupt_session, list_files, read_file, get_notebook. Needs "
         "'pip install kernelexec[mcp]'.",
+        epilog="example:\n"
+        "  kernelexec mcp --work-root runs        # the command an MCP client's config runs\n",
     )
     mcp.add_argument(
         "--http",
@@ -31,7 +36,10 @@ def add_command(commands: Any) -> None:
         "request needs 'Authorization: Bearer <token>'",
     )
     mcp.add_argument(
-        "--port", type=int, default=8766, help="with --http (default 8766; 0 picks a free one)"
+        "--port",
+        default=DEFAULT_PORTS["mcp"],
+        help=f"with --http (default {DEFAULT_PORTS['mcp']}; 0 picks a free one, "
+        "and the printed URL has it)",
     )
     mcp.add_argument(
         "--token",
@@ -86,43 +94,51 @@ def _mcp(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    work_root = args.work_root or Path(tempfile.mkdtemp(prefix="kernelexec-mcp-"))
-    config = McpConfig(
-        work_root=work_root.resolve(),
-        timeout=args.timeout,
-        max_timeout=args.max_timeout,
-        max_sessions=args.max_sessions,
-        kernel_name=args.kernel_name,
-        max_file_bytes=int(args.max_file_mb * 1024 * 1024),
-    )
-    server = build_server(config)
+    port, token, generated = 0, "", False
+    if args.http:
+        from .._server._serve import check_port
+
+        # Every check before anything says "serving" (see _startup).
+        port = check_port(args.port)
+        token, generated = resolve_token(args.token, _HOST)
+    work_root, temporary = usable_work_root(args.work_root, prefix="kernelexec-mcp-")
+    try:
+        config = McpConfig(
+            work_root=work_root,
+            timeout=args.timeout,
+            max_timeout=args.max_timeout,
+            max_sessions=args.max_sessions,
+            kernel_name=args.kernel_name,
+            max_file_bytes=int(args.max_file_mb * 1024 * 1024),
+        )
+        server = build_server(config)
+        if args.http:
+            _serve_http(server, work_root, port=port, token=token, generated=generated)
+            return 0
+    except ConfigurationError:
+        if temporary:
+            work_root.rmdir()  # made above, still empty
+        raise
     # stdout is the protocol's under stdio: everything for people goes to stderr.
-    print(f"kernelexec mcp: work root {config.work_root}", file=sys.stderr, flush=True)
-    if not args.http:
-        server.run("stdio")
-        return 0
-    return _serve_http(server, args)
+    print(f"kernelexec mcp: work root {work_root}", file=sys.stderr, flush=True)
+    server.run("stdio")
+    return 0
 
 
-def _serve_http(server: Any, args: argparse.Namespace) -> int:
-    from .._exceptions import ConfigurationError
+def _serve_http(server: Any, work_root: Path, *, port: int, token: str, generated: bool) -> None:
     from .._mcp._http import PATH, serve_http
-    from .._server import generate_token
-
-    token = args.token or generate_token()
 
     def listening(port: int) -> None:
-        print(f"kernelexec mcp: serving http://127.0.0.1:{port}{PATH}", file=sys.stderr, flush=True)
-        if not args.token:
+        print(
+            f"kernelexec mcp: serving {url(_HOST, port, PATH)} (work root {work_root})",
+            file=sys.stderr,
+            flush=True,
+        )
+        if generated:
             print(
                 f"kernelexec mcp: token {token} (clients send 'Authorization: Bearer <token>')",
                 file=sys.stderr,
                 flush=True,
             )
 
-    try:
-        serve_http(server, token=token, port=args.port, on_listening=listening)
-    except ConfigurationError as exc:
-        print(f"kernelexec: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    serve_http(server, token=token, port=port, host=_HOST, on_listening=listening)

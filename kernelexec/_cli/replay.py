@@ -21,6 +21,7 @@ def add_command(commands: Any) -> None:
         description="Re-runs the code cells of a kernelexec transcript (or any notebook) in a "
         "new session, skipping cells that failed when recorded, and reports every cell whose "
         "stdout or error now differs. Exits 0 when nothing differs, 1 otherwise.",
+        epilog="example:\n  kernelexec replay old/transcript.ipynb --work-dir new --until 5\n",
     )
     replay.add_argument("notebook", type=Path)
     replay.add_argument(

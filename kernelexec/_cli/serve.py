@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from .._environment import pool_size, preload, server_token
 from .._exceptions import ConfigurationError
+from ._startup import DEFAULT_PORTS, resolve_token, url, usable_work_root
 
 __all__ = ["add_command"]
 
@@ -22,13 +21,19 @@ def add_command(commands: Any) -> None:
         description="Serves sessions over an HTTP API (OpenAPI schema at /openapi.json). "
         "Every route but /health needs 'Authorization: Bearer <token>'. Stops cleanly, "
         "shutting every kernel down, on SIGTERM or Ctrl-C.",
+        epilog="example:\n"
+        "  kernelexec serve --work-root runs --pool-size 2   # prints its URL and token\n",
     )
     serve.add_argument(
         "--host",
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1; any other than loopback needs --token)",
     )
-    serve.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free one")
+    serve.add_argument(
+        "--port",
+        default=DEFAULT_PORTS["serve"],
+        help=f"default {DEFAULT_PORTS['serve']}; 0 picks a free one (the printed URL has it)",
+    )
     serve.add_argument(
         "--token",
         default=server_token(),
@@ -82,51 +87,41 @@ def add_command(commands: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .._server import ServerConfig, generate_token, is_loopback, serve
+    from .._server import ServerConfig, serve
+    from .._server._serve import check_port
 
-    generated = not args.token
-    if generated and not is_loopback(args.host):
-        print(
-            f"kernelexec: refusing to listen on {args.host} without a token: pass "
-            "--token (or set KERNELEXEC_TOKEN), since anyone who reaches the port could "
-            "run code",
-            file=sys.stderr,
-        )
-        return 2
-    work_root = args.work_root or Path(tempfile.mkdtemp(prefix="kernelexec-serve-"))
-    config = ServerConfig(
-        token=args.token or generate_token(),
-        work_root=work_root.resolve(),
-        host=args.host,
-        port=args.port,
-        max_sessions=args.max_sessions,
-        idle_timeout=args.idle_timeout or None,
-        max_timeout=args.max_timeout,
-        max_body=int(args.max_body_mb * 1024 * 1024),
-        # Read here, not as argparse defaults, so a bad value is a clear error.
-        pool_size=pool_size() if args.pool_size is None else args.pool_size,
-        preload=preload() if args.preload is None else args.preload,
-    )
-
-    def listening(port: int) -> None:
-        print(
-            f"kernelexec: serving http://{_url_host(args.host)}:{port} (work root "
-            f"{config.work_root})",
-            flush=True,
-        )
-        if generated:
-            print(f"kernelexec: token {config.token}", flush=True)
-
+    # Every check before anything says "serving" (see _startup); serve() binds
+    # the port before it calls listening(), and fails with one line if it cannot.
+    port = check_port(args.port)
+    token, generated = resolve_token(args.token, args.host)
+    work_root, temporary = usable_work_root(args.work_root, prefix="kernelexec-serve-")
     try:
+        config = ServerConfig(
+            token=token,
+            work_root=work_root,
+            host=args.host,
+            port=port,
+            max_sessions=args.max_sessions,
+            idle_timeout=args.idle_timeout or None,
+            max_timeout=args.max_timeout,
+            max_body=int(args.max_body_mb * 1024 * 1024),
+            # Read here, not as argparse defaults, so a bad value is a clear error.
+            pool_size=pool_size() if args.pool_size is None else args.pool_size,
+            preload=preload() if args.preload is None else args.preload,
+        )
+
+        def listening(port: int) -> None:
+            print(
+                f"kernelexec: serving {url(args.host, port)} (work root {config.work_root})",
+                flush=True,
+            )
+            if generated:
+                print(f"kernelexec: token {config.token}", flush=True)
+
         serve(config, log_level=args.log_level, on_listening=listening)
-    except ConfigurationError as exc:
-        if args.work_root is None:
+    except ConfigurationError:
+        if temporary:
             work_root.rmdir()  # made above, still empty
-        print(f"kernelexec: {exc}", file=sys.stderr)
-        return 2
+        raise
     print("kernelexec: stopped; every kernel is shut down", flush=True)
     return 0
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host

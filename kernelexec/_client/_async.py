@@ -6,19 +6,19 @@ requests and the reading of answers are shared (``_base``, ``_sse``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 
+from .._live import OutputListener
 from .._models import ExecutionResult
-from .._reducer import OutputListener
 from .._remote_models import FileInfo, SessionInfo
 from ._base import DEFAULT_URL, Call, calls, error_for, http_options, unreachable
 from ._sse import StreamReader
 
-__all__ = ["AsyncClient", "AsyncRemoteSession"]
+__all__ = ["AsyncClient", "AsyncRemoteSession", "OpeningSession"]
 
 T = TypeVar("T")
 
@@ -51,19 +51,34 @@ class AsyncClient:
     async def health(self) -> dict[str, Any]:
         return await self._send(calls.health())
 
-    async def session(
+    def session(
         self,
         *,
         kernel_name: str = "python3",
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
-    ) -> AsyncRemoteSession:
-        """Creates a session on the server; see ``Client.session``."""
-        info = await self._send(calls.create(kernel_name, env, timeout))
-        return AsyncRemoteSession(self, info)
+    ) -> OpeningSession:
+        """Creates a session on the server; see ``Client.session``.
 
-    async def attach(self, session_id: str) -> AsyncRemoteSession:
-        return AsyncRemoteSession(self, await self._send(calls.info(session_id)))
+        ``await client.session()`` gives the session; ``async with
+        client.session() as s`` also deletes it on exit, as ``with`` does
+        for ``Client.session()``.
+        """
+
+        async def create() -> AsyncRemoteSession:
+            return AsyncRemoteSession(
+                self, await self._send(calls.create(kernel_name, env, timeout))
+            )
+
+        return OpeningSession(create)
+
+    def attach(self, session_id: str) -> OpeningSession:
+        """An existing session, by id: awaited, or used with ``async with`` (deleted on exit)."""
+
+        async def find() -> AsyncRemoteSession:
+            return AsyncRemoteSession(self, await self._send(calls.info(session_id)))
+
+        return OpeningSession(find)
 
     async def sessions(self) -> list[SessionInfo]:
         return await self._send(calls.sessions())
@@ -95,6 +110,37 @@ class AsyncClient:
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc) from exc
         return reader.result()
+
+
+class OpeningSession:
+    """What ``AsyncClient.session()`` and ``attach()`` return: await it, or enter it.
+
+    A coroutine cannot be used with ``async with``, yet that is how the sync
+    ``with client.session()`` reads in async code; so the request is made
+    only when this is awaited or entered, and leaving the ``async with``
+    block deletes the session (its files stay on the server).
+    """
+
+    def __init__(self, open_session: Callable[[], Awaitable[AsyncRemoteSession]]) -> None:
+        self._open = open_session
+        self._session: AsyncRemoteSession | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncRemoteSession]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncRemoteSession:
+        self._session = await self._open()
+        return self._session
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.__aexit__(exc_type, exc, tb)
 
 
 class AsyncRemoteSession:

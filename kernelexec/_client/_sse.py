@@ -7,10 +7,9 @@ the result at the end; the event format is described in ``_server/_sse.py``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
 
 from .._exceptions import ServerError
+from .._live import LiveOutput, OutputListener
 from .._models import ExecutionResult
 
 __all__ = ["StreamReader"]
@@ -24,7 +23,7 @@ class StreamReader:
             would; if it raises, it is not called again (the result is unharmed).
     """
 
-    def __init__(self, on_output: Callable[[dict[str, Any]], None] | None) -> None:
+    def __init__(self, on_output: OutputListener | None) -> None:
         self._on_output = on_output
         self._event = "message"
         self._data: list[str] = []
@@ -69,9 +68,9 @@ class StreamReader:
             return
         event, data = self._event, json.loads("\n".join(self._data))
         self._event, self._data = "message", []
-        if event == "output" and self._on_output is not None:
+        if event == "output" and self._on_output is not None and isinstance(data, dict):
             try:
-                self._on_output(data)
+                self._on_output(LiveOutput(data))
             except Exception:
                 self._on_output = None  # a broken listener costs the live view only
         elif event == "result":

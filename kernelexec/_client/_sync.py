@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from .._live import OutputListener
 from .._models import ExecutionResult
-from .._reducer import OutputListener
 from .._remote_models import FileInfo, SessionInfo
 from ._base import DEFAULT_URL, Call, calls, error_for, http_options, unreachable
 from ._sse import StreamReader

@@ -14,9 +14,9 @@ from typing import Any
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
-from .._exceptions import ConfigurationError
 from .._server._auth import TokenAuth
 from .._server._serve import listen, run_until_signalled
+from .._server._token import check_token
 
 __all__ = ["PATH", "serve_http"]
 
@@ -35,18 +35,16 @@ def serve_http(
 
     Args:
         server: the MCP server (``build_server``).
-        token: the bearer token every request must carry; 8 characters at least.
+        token: the bearer token every request must carry (``check_token``'s rule).
         port: 0 picks a free one, reported to ``on_listening``.
         host: where to listen; loopback by default.
-        on_listening: called with the bound port before serving.
+        on_listening: called with the bound port once it is bound, before serving.
 
     Raises:
-        ConfigurationError: the token is too short, or the address cannot be bound.
+        ConfigurationError: the token breaks the rule, the port is out of
+            range, or the address cannot be bound.
     """
-    if len(token) < 8:
-        raise ConfigurationError(
-            "the token must be at least 8 characters; omit --token to have one generated"
-        )
+    check_token(token)
     sock = listen(host, port)
     if on_listening is not None:
         on_listening(sock.getsockname()[1])

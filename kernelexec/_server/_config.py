@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import ConfigurationError
+from ._token import check_token, generate_token
 
 __all__ = ["ServerConfig", "generate_token", "is_loopback"]
-
-
-def generate_token() -> str:
-    """A fresh random token, 256 bits, URL-safe."""
-    return secrets.token_urlsafe(32)
 
 
 def is_loopback(host: str) -> bool:
@@ -62,10 +57,7 @@ class ServerConfig:
     preload: str | None = None
 
     def __post_init__(self) -> None:
-        if len(self.token) < 8:
-            raise ConfigurationError(
-                "the token must be at least 8 characters; omit --token to have one generated"
-            )
+        check_token(self.token)
         if self.pool_size < 0:
             raise ConfigurationError("--pool-size must be 0 or more")
         if self.max_sessions < 1:

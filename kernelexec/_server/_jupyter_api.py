@@ -14,7 +14,12 @@ Nothing on the channels ends or replaces a kernel: a ``shutdown_request``
 (a console's ``exit``, or its restart) is answered with an error instead of
 being sent on. Kernels are shut down and restarted through the REST routes,
 which go through the session (a restart is recorded in its transcript), and
-an agent's kernel cannot be shut down from here at all.
+an agent's kernel cannot be shut down from here at all: a DELETE of it only
+lets go of it (200, ``"shut_down": false``), so that a JupyterLab that exits,
+and so asks to shut down every kernel it used, exits. The kernels JupyterLab
+started itself (POST /api/kernels, a new notebook's) are its to shut down, and
+it does as it exits; one left behind by a JupyterLab that was killed is culled
+when idle like any session.
 """
 
 from __future__ import annotations
@@ -102,7 +107,9 @@ async def kernelspecs(request: Request) -> Response:
                 "language": "python",
                 "interrupt_mode": "signal",
                 "env": {},
-                "metadata": {},
+                # How `kernelexec attach --lab` tells a JupyterLab that uses this
+                # server as its gateway from one with kernels of its own.
+                "metadata": {"kernelexec": True},
             },
             "resources": {},
         }
@@ -134,16 +141,24 @@ async def get_kernel(request: Request) -> Response:
 
 async def shutdown_kernel(request: Request) -> Response:
     session_id = _session_id(request)
+    registry = _registry(request)
     if session_id not in _started_here(request):
-        # A person debugging an agent must not end the agent's kernel by closing a tab.
-        raise ApiError(
-            403,
-            "agent_kernel",
-            "this kernel belongs to an agent's kernelexec session; shut it down with "
-            "DELETE /sessions/{id}",
+        # A person debugging an agent must not end the agent's kernel by closing a
+        # tab, nor can JupyterLab, which asks to shut down every kernel it knows of
+        # as it exits. The client only lets go of the kernel; that is a success:
+        # jupyter_server's gateway client takes any other answer but 404 as a
+        # failure of its whole exit, and then never exits.
+        entry = registry.get(session_id)  # 404 for an unknown id, as for any kernel
+        return JSONResponse(
+            {
+                "id": kernel_id(entry.id),
+                "shut_down": False,
+                "message": "this kernel belongs to an agent's kernelexec session and keeps "
+                "running; shut it down with DELETE /sessions/{id}",
+            }
         )
     _started_here(request).discard(session_id)
-    await _registry(request).delete(session_id, purge=False)
+    await registry.delete(session_id, purge=False)
     return Response(status_code=204)
 
 

@@ -33,7 +33,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
     said = {
         400: "Malformed request",
         401: "Missing or wrong token",
-        403: "Path leaves the work dir, or the kernel is an agent's",
+        403: "Path leaves the work dir",
         404: "No such session (or file)",
         409: "The session was culled, closed or deleted, or the file cannot be written",
         413: "Body over --max-body-mb (any route)",
@@ -304,8 +304,23 @@ def _jupyter_paths() -> dict[str, Any]:
                 **tags,
             ),
             "delete": _op(
-                "Shut down a kernel JupyterLab started (an agent's: 403)",
-                {"204": {"description": "Shut down"}, **_errors(403, 404)},
+                "Shut down a kernel JupyterLab started; an agent's is only let go of (200)",
+                {
+                    "204": {"description": "Shut down"},
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["id", "shut_down", "message"],
+                            "properties": {
+                                "id": {"type": "string"},
+                                "shut_down": {"const": False},
+                                "message": {"type": "string"},
+                            },
+                        },
+                        "An agent's kernel: not shut down, it keeps running",
+                    ),
+                    **_errors(404),
+                },
                 **tags,
             ),
         },

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from .. import __version__
 from .._exceptions import KernelStartError, SessionClosedError
+from .._live import OutputListener
 from .._models import ExecutionResult
 from ._bodies import ExecuteRequest, body_chunks, parse_create, parse_execute
 from ._config import ServerConfig
@@ -83,7 +84,7 @@ async def delete_session(request: Request) -> Response:
 
 
 async def _execute(
-    entry: Entry, body: ExecuteRequest, on_output: Callable[[dict[str, Any]], None] | None
+    entry: Entry, body: ExecuteRequest, on_output: OutputListener | None
 ) -> ExecutionResult:
     entry.executions += 1
     try:
@@ -122,7 +123,7 @@ async def execute_stream(request: Request) -> Response:
 
     async def run() -> ExecutionResult:
         try:
-            return await _execute(entry, body, queue.put)
+            return await _execute(entry, body, lambda live: queue.put(live.output))
         finally:
             state.registry.release(entry)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
 import socket
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from ._app import create_app
 from ._config import ServerConfig
 from ._registry import Registry
 
-__all__ = ["listen", "run_until_signalled", "serve"]
+__all__ = ["check_port", "listen", "run_until_signalled", "serve"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -101,18 +102,41 @@ def run_until_signalled(server: uvicorn.Server, sock: socket.socket) -> None:
             signal.signal(sig, handler)
 
 
+def check_port(port: int | str) -> int:
+    """``port`` as a number, if it is a TCP port (0 asks for a free one).
+
+    Takes the text of ``--port`` as well, so that every command refuses a
+    bad one with the same one line (argparse would print its usage too).
+
+    Raises:
+        ConfigurationError: it is not a whole number from 0 to 65535.
+    """
+    text = str(port).strip()
+    if text.isascii() and text.isdigit() and int(text) <= 65535:
+        return int(text)
+    raise ConfigurationError(
+        f"the port must be a whole number from 0 to 65535, not {text!r}: "
+        "pass another --port (0 picks a free one)"
+    )
+
+
 def listen(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0: a free one).
 
     Raises:
-        ConfigurationError: the address cannot be bound (in use, or not this machine's).
+        ConfigurationError: the port is out of range, or the address cannot be
+            bound (in use, or not this machine's).
     """
+    port = check_port(port)
     try:
         return _listen(host.strip("[]"), port)
     except OSError as exc:
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            fix = "pass a --host this machine has, such as 127.0.0.1"
+        else:  # in use, or a port below 1024 without the privilege
+            fix = "choose another port (port 0 picks a free one)"
         raise ConfigurationError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
-            "choose another port (port 0 picks a free one)"
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; {fix}"
         ) from exc
 
 

@@ -1,0 +1,238 @@
+"""kernelexec as a package: the wheel and sdist built from the repo, installed in a
+fresh venv outside the checkout, run the Quick start's main job, the library, every
+extra, and ``kernelexec image build`` (its Dockerfile is package data).
+
+One test, not several: under pytest-xdist each test module's fixtures are made
+once per worker, and the venv is the slow part.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+from servers import docker_base_image
+
+import kernelexec
+from kernelexec._backends._image import image_tag
+
+REPO = Path(__file__).resolve().parents[1]
+# Each extra the wheel declares (besides the test tools), and what its users import.
+EXTRAS = {
+    "examples": ["matplotlib", "pandas", "PIL"],
+    "autogen": ["autogen_agentchat", "kernelexec.integrations.autogen"],
+    "ag2": ["kernelexec.integrations.ag2"],
+    "mcp": ["kernelexec._mcp._http"],
+}
+# The README's first library snippet, as a user of the installed package runs it.
+LIBRARY = """
+import json, sys
+import kernelexec
+
+with kernelexec.Session("work", timeout=120) as session:
+    where = session.execute("import sys; print(sys.executable)")
+    session.execute("x = 41")
+    answer = session.execute("x + 1")
+    plot = session.execute("import matplotlib.pyplot as plt\\nplt.plot([1, 3, 2]); plt.show()")
+print(json.dumps({
+    "module": kernelexec.__file__,
+    "python": sys.executable,
+    "kernel_python": where.stdout.strip(),
+    "answer": [answer.status, answer.text],
+    "plot": [plot.status, plot.files, plot.text],
+}))
+"""
+IN_DOCKER = """
+import sys
+import kernelexec
+
+backend = kernelexec.DockerBackend(image=sys.argv[1])
+with kernelexec.Session("docker-work", backend=backend, timeout=120) as session:
+    result = session.execute("import os; print(os.getcwd(), 6 * 7)")
+print(result.status, result.text)
+"""
+
+
+@pytest.mark.timeout(900)  # a cold pip cache downloads every dependency
+def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    wheel, sdist = _build(_clean_copy(tmp_path / "src"), dist)
+    _check_contents(wheel, sdist)
+    _run([sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)])
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)])
+    python, kernelexec_command = venv / "bin" / "python", venv / "bin" / "kernelexec"
+    # A user's directory: not the checkout, and nothing on the path leads back to it.
+    home = tmp_path / "user"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+
+    # The Quick start's main job, on the package alone (no extra).
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--no-compile"]  # .pyc: not tested
+    _run([*pip, str(wheel)], cwd=home, env=env)
+    shutil.copy(REPO / "notebooks" / "agent-message.md", home)
+    job = _run(
+        [str(kernelexec_command), "run", "agent-message.md", "--work-dir", "demo"],
+        cwd=home,
+        env=env,
+    )
+    assert "total: 77" in job.stdout, job.stdout
+    assert (home / "demo" / "transcript.ipynb").is_file()
+    assert [p.suffix for p in (home / "demo" / "outputs").iterdir()] == [".svg"]
+
+    # Every extra resolves from the wheel file, with the extras syntax users type.
+    declared = _extras(wheel) - {"test"}
+    assert declared == set(EXTRAS), f"add the new extras to EXTRAS: {declared ^ set(EXTRAS)}"
+    _run([*pip, f"{wheel}[{','.join(sorted(EXTRAS))}]"], cwd=home, env=env)
+    imports = "; ".join(f"import {module}" for modules in EXTRAS.values() for module in modules)
+    _run([str(python), "-c", imports], cwd=home, env=env)
+
+    library = json.loads(_run([str(python), "-c", LIBRARY], cwd=home, env=env).stdout)
+    assert Path(library["module"]).is_relative_to(venv), library
+    assert library["kernel_python"] == library["python"], library
+    assert library["answer"] == ["ok", "42\n"], library
+    status, files, text = library["plot"]
+    assert status == "ok" and len(files) == 1 and files[0].endswith(".png"), text
+
+    # `kernelexec image build` from the wheel. First a real build: a requirements file
+    # holding only a comment that is new every run changes the tag but installs nothing.
+    # Then the plain build, last even on failure because DockerBackend() runs the image
+    # built last and other tests expect the plain one: the tag the checkout gives the
+    # same inputs (the Dockerfile shipped is the repo's).
+    base = docker_base_image()
+    build = [str(kernelexec_command), "image", "build", "--base-image", base, "--quiet"]
+    requirements = f"# kernelexec wheel smoke test {uuid.uuid4()}\n"
+    (home / "requirements.txt").write_text(requirements)
+    fresh = image_tag(base_image=base, requirements=requirements)
+    assert not _image_exists(fresh)
+    try:
+        built = _run(
+            [*build, "--requirements", "requirements.txt"], cwd=home, env=env, timeout=1800
+        )
+        assert built.stdout.strip() == fresh
+        assert _image_exists(fresh)
+    finally:
+        tag = _run(build, cwd=home, env=env, timeout=1800).stdout.strip()
+        subprocess.run(["docker", "rmi", "-f", fresh], capture_output=True, timeout=120)
+    assert tag == image_tag(base_image=base)
+    assert _image_exists(tag)
+    assert not _image_exists(fresh)
+
+    # A kernel in that image boots from the installed package's kernel-side code.
+    in_docker = _run([str(python), "-c", IN_DOCKER, tag], cwd=home, env=env)
+    assert in_docker.stdout == "ok /workspace 42\n\n", in_docker.stdout
+
+
+def _clean_copy(target: Path) -> Path:
+    """The files a fresh clone plus the working tree's changes would have.
+
+    Built from a copy so that the build's egg-info and build dirs never appear
+    in the shared checkout while other tests run, and so that local state
+    (venvs, caches, artifacts) cannot leak into the sdist unnoticed.
+    """
+    names = _git_files()
+    if names is None:  # not a git checkout (an unpacked sdist): all but local state
+        ignore = shutil.ignore_patterns(
+            ".git", "__pycache__", "*.egg-info", ".*_cache", ".venv*", ".work", "test-artifacts"
+        )
+        shutil.copytree(REPO, target, ignore=ignore)
+        return target
+    for name in names:
+        source = REPO / name
+        if source.is_file():  # a tracked file deleted in the working tree is gone
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+def _git_files() -> list[str] | None:
+    """Tracked and untracked-but-not-ignored files, or None outside a git checkout."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    listed = subprocess.run(
+        [git, "-C", str(REPO), *listing], capture_output=True, text=True, timeout=60
+    )
+    if listed.returncode != 0:
+        return None
+    return [name for name in listed.stdout.split("\0") if name]
+
+
+def _build(source: Path, dist: Path) -> tuple[Path, Path]:
+    """``python -m build``: the sdist, then the wheel built from the sdist."""
+    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(source)], timeout=600)
+    (wheel,) = dist.glob("*.whl")
+    (sdist,) = dist.glob("*.tar.gz")
+    assert wheel.name == f"kernelexec-{kernelexec.__version__}-py3-none-any.whl"
+    return wheel, sdist
+
+
+def _check_contents(wheel: Path, sdist: Path) -> None:
+    package = {p.relative_to(REPO).as_posix() for p in (REPO / "kernelexec").rglob("*.py")}
+    package -= {p for p in package if "__pycache__" in p}
+    package |= {"kernelexec/py.typed", "kernelexec/_backends/Dockerfile"}
+    assert "kernelexec/_kernel/boot.py" in package
+    with zipfile.ZipFile(wheel) as archive:
+        in_wheel = set(archive.namelist())
+    assert package <= in_wheel, sorted(package - in_wheel)
+    assert not [n for n in in_wheel if n.startswith(("tests/", "bench/", "docker/"))]
+
+    with tarfile.open(sdist) as archive:
+        root = f"kernelexec-{kernelexec.__version__}/"
+        in_sdist = {n.removeprefix(root) for n in archive.getnames()}
+    wanted = package | {
+        "README.md",
+        "pyproject.toml",
+        "MANIFEST.in",
+        "docker/README.md",
+        "notebooks/agent-message.md",
+        "tests/conftest.py",
+        "tests/servers.py",
+        "tests/data/messages.json",
+        "bench/__main__.py",
+    }
+    wanted |= {p.relative_to(REPO).as_posix() for p in (REPO / "tests").glob("*.py")}
+    assert wanted <= in_sdist, sorted(wanted - in_sdist)
+    assert not [n for n in in_sdist if "/.venvs/" in n or n.endswith(".pyc")]
+
+
+def _extras(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = email.parser.Parser().parsestr(archive.read(name).decode())
+    return set(metadata.get_all("Provides-Extra") or [])
+
+
+def _image_exists(tag: str) -> bool:
+    inspect = ["docker", "image", "inspect", tag]
+    return subprocess.run(inspect, capture_output=True, timeout=60).returncode == 0
+
+
+def _run(
+    command: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, (
+        textwrap.shorten(f"{command} exit {proc.returncode}", 400)
+        + f"\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
+    return proc
