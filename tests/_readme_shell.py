@@ -229,7 +229,9 @@ def _background(command: list[str], label: str) -> int:
             command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, **_detached()
         )
     (servers / f"{proc.pid}.json").write_text(
-        json.dumps({"pid": proc.pid, "command": command, "log": str(log)})
+        json.dumps(
+            {"pid": proc.pid, "command": command, "log": str(log), "started": time.time_ns()}
+        )
     )
     deadline = time.monotonic() + _READY_WITHIN
     while True:

@@ -18,7 +18,8 @@ from kernelexec.integrations.ag2 import KernelexecCodeExecutor
 
 @pytest.fixture
 def executor(tmp_path: Path) -> Iterator[KernelexecCodeExecutor]:
-    with KernelexecCodeExecutor(timeout=30, output_dir=tmp_path / "out") as ex:
+    # A directory that exists: AG2's executors refuse a missing one, and so does ours.
+    with KernelexecCodeExecutor(timeout=30, output_dir=tmp_path) as ex:
         yield ex
 
 
@@ -144,6 +145,7 @@ def test_timeout_is_reported_and_interrupts_the_kernel(tmp_path: Path) -> None:
         elapsed = time.monotonic() - started
     assert result.exit_code == 124
     assert "Timed out after 2 s" in result.output and "slept" not in result.output
+    assert result.output.endswith("\nTimeout")  # the line AG2's own executors print
     assert after.output.strip() == "still here"
     # Had the kernel not been interrupted, the second answer would wait for the sleep.
     assert elapsed < 10

@@ -23,7 +23,9 @@ from jupyter_client import BlockingKernelClient
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("jupyter-api") / "root")
+    # One server for the module's tests, which keep their sessions: room for all
+    # of them on one xdist worker (the default 8 is reached with -n 4).
+    proc = ServerProcess(tmp_path_factory.mktemp("jupyter-api") / "root", "--max-sessions", "64")
     yield proc
     proc.stop()
 

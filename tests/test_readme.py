@@ -473,13 +473,18 @@ class ReadmeRun:
 
 
 def stop_servers(servers: Path) -> list[str]:
-    """SIGTERM to each server the README started, as Ctrl-C in its terminal would do."""
+    """SIGTERM to each server the README started, as Ctrl-C in its terminal would do.
+
+    The last started is stopped first, and waited for, as a reader closes the
+    terminals: JupyterLab, a client of ``kernelexec serve``, goes before it.
+    (A JupyterLab whose gateway is gone hangs in its kernels' shutdown.)
+    """
     problems: list[str] = []
-    started = [json.loads(p.read_text()) for p in sorted(servers.glob("*.json"))]
+    started = [json.loads(p.read_text()) for p in servers.glob("*.json")]
+    started.sort(key=lambda server: server["started"], reverse=True)
     for server in started:
         with contextlib.suppress(ProcessLookupError):
             os.kill(server["pid"], signal.SIGTERM)
-    for server in started:
         deadline = time.monotonic() + SERVER_STOP_WITHIN
         while not process_gone(server["pid"]) and time.monotonic() < deadline:
             time.sleep(0.2)

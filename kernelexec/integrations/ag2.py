@@ -29,7 +29,7 @@ from autogen.coding.markdown_code_extractor import MarkdownCodeExtractor
 from .._models import ExecutionResult
 from .._sync import Session
 from ._approval import Approval, Verdict, read_verdict, refusal_text
-from ._blocks import Combined, combine, quiet_pip, refused
+from ._blocks import Combined, combine, prepare, refused
 from ._executor import SessionExecutor
 
 __all__ = ["ApprovalFunc", "KernelexecCodeExecutor"]
@@ -46,13 +46,14 @@ class KernelexecCodeExecutor(SessionExecutor[Session]):
         timeout: seconds per code block; on expiry the kernel is interrupted,
             its state kept, and the result says so with exit code 124.
         output_dir: the kernel's cwd, where saved outputs (``outputs/``) and
-            the transcript notebook go; None makes a temp dir.
+            the transcript notebook go; it must exist. None makes a temp dir.
         approval_func: called with each message's blocks before any runs; a
             False (or ``Approval(False, reason)``) answer runs nothing and
             makes the refusal the result.
 
     Raises:
-        ValueError: timeout is below 1 second, as in AG2's executors.
+        ValueError: as in AG2's executors, at once: timeout is below 1 second,
+            the kernel is not installed, or output_dir does not exist.
     """
 
     _session_class = Session
@@ -66,7 +67,7 @@ class KernelexecCodeExecutor(SessionExecutor[Session]):
         *,
         approval_func: ApprovalFunc | None = None,
     ) -> None:
-        self._setup(kernel_name, timeout, output_dir, approval_func)
+        self._setup(kernel_name, timeout, output_dir, approval_func, create_output_dir=False)
 
     def __enter__(self) -> KernelexecCodeExecutor:
         return self
@@ -87,26 +88,29 @@ class KernelexecCodeExecutor(SessionExecutor[Session]):
     def execute_code_blocks(self, code_blocks: list[CodeBlock]) -> IPythonCodeResult:
         """Runs the blocks in order in one kernel, stopping at the first that fails.
 
-        The kernel starts on the first call (and again after ``stop``).
+        The kernel starts on the first call (and again after ``stop``). When
+        this returns, every file it writes (outputs, transcript) is on disk.
         """
         approval = self._ask_approval(code_blocks)
         if not approval.approved:
             return _result(refused(refusal_text(approval)))
         if self._session.closed:
-            self._session = self._new_session(self._output_dir)
+            self._session = self._new_session(self.output_dir)
         results: list[ExecutionResult] = []
         for block in code_blocks:
             language = block.language or "python"
-            code = quiet_pip(block.code, language)
+            code = prepare(block.code, language)
+            # The session's execute returns once the transcript holds the cell,
+            # so a caller may delete output_dir the moment this returns.
             results.append(self._session.execute(code, language=language))
             if not results[-1].ok:
                 break
-        return _result(combine(results, self._output_dir))
+        return _result(combine(results, self.output_dir))
 
     def restart(self) -> None:
         """A fresh kernel: every variable and import is gone, files stay."""
         if self._session.closed:
-            self._session = self._new_session(self._output_dir)
+            self._session = self._new_session(self.output_dir)
             self._session.start()
         else:
             self._session.restart()

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autogen_core import CancellationToken, Component
 from autogen_core.code_executor import CodeBlock, CodeExecutor, CodeResult
@@ -32,7 +33,7 @@ from typing_extensions import Self
 from .._models import ExecutionResult
 from .._session import AsyncSession
 from ._approval import Approval, Verdict, read_verdict, refusal_text
-from ._blocks import Combined, combine, quiet_pip, refused
+from ._blocks import Combined, combine, prepare, refused
 from ._executor import SessionExecutor
 
 __all__ = [
@@ -46,15 +47,39 @@ ApprovalFunc = Callable[[list[CodeBlock]], "Verdict | Awaitable[Verdict]"]
 """Sees a message's blocks before any runs; returns (or awaits to) a bool or an ``Approval``."""
 
 
-@dataclass
-class KernelexecCodeResult(CodeResult):
+if TYPE_CHECKING:
+    from autogen_ext.code_executors.jupyter import JupyterCodeResult as _ResultBase
+else:
+    try:
+        from autogen_ext.code_executors.jupyter import JupyterCodeResult as _ResultBase
+    # autogen-ext raises RuntimeError, not ImportError, when its docker extra is missing.
+    except (ImportError, RuntimeError):
+
+        @dataclass
+        class _ResultBase(CodeResult):
+            output_files: list[Path]
+
+
+@dataclass(eq=False)
+class KernelexecCodeResult(_ResultBase):
     """``JupyterCodeResult``'s shape: ``exit_code``, ``output`` and ``output_files``.
 
-    ``exit_code`` is 0 on success, 124 after a timeout and 1 for any other
-    failure, a refusal by the approval function included.
+    With autogen-ext installed it is a ``JupyterCodeResult``, and equals one
+    with the same fields, so code that checks or compares the result type
+    keeps working. ``exit_code`` is 0 on success, 124 after a timeout and 1 for
+    any other failure, a refusal by the approval function included.
     """
 
-    output_files: list[Path]
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _ResultBase):
+            return NotImplemented
+        return (self.exit_code, self.output, self.output_files) == (
+            other.exit_code,
+            other.output,
+            other.output_files,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it extends
 
 
 class KernelexecCodeExecutorConfig(BaseModel):
@@ -81,7 +106,8 @@ class KernelexecCodeExecutor(
             nothing and makes the refusal the result. It is not serialized.
 
     Raises:
-        ValueError: timeout is below 1 second, as in ``JupyterCodeExecutor``.
+        ValueError: as in ``JupyterCodeExecutor``, at once: timeout is below 1
+            second; also when the kernel is not installed.
     """
 
     component_config_schema = KernelexecCodeExecutorConfig
@@ -97,7 +123,14 @@ class KernelexecCodeExecutor(
         *,
         approval_func: ApprovalFunc | None = None,
     ) -> None:
-        self._setup(kernel_name, timeout, output_dir, approval_func)
+        if output_dir is not None and Path(output_dir) == Path("."):
+            # JupyterCodeExecutor's warning, so code that filters it keeps working.
+            warnings.warn(
+                "Using the current directory as output_dir is deprecated",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        self._setup(kernel_name, timeout, output_dir, approval_func, create_output_dir=True)
 
     @property
     def timeout(self) -> float:
@@ -106,7 +139,7 @@ class KernelexecCodeExecutor(
     async def start(self) -> None:
         """Starts the kernel; ``execute_code_blocks`` starts it too when needed."""
         if self._session.closed:
-            self._session = self._new_session(self._output_dir)
+            self._session = self._new_session(self.output_dir)
         await self._session.start()
 
     async def stop(self) -> None:
@@ -130,6 +163,10 @@ class KernelexecCodeExecutor(
                 any other language fails without running.
             cancellation_token: cancelling it interrupts the running block.
 
+        Returns:
+            The result; every file the call writes (outputs, transcript) is on
+            disk by then.
+
         Raises:
             asyncio.CancelledError: the token was cancelled (the kernel was
                 interrupted, its state kept).
@@ -141,10 +178,12 @@ class KernelexecCodeExecutor(
             await self.start()
         results: list[ExecutionResult] = []
         for block in code_blocks:
+            # The session's execute returns once the transcript holds the cell,
+            # so a caller may delete output_dir the moment this returns.
             results.append(await self._run_block(block, cancellation_token))
             if not results[-1].ok:
                 break
-        return _result(combine(results, self._output_dir))
+        return _result(combine(results, self.output_dir))
 
     async def _ask_approval(self, code_blocks: list[CodeBlock]) -> Approval:
         if self._approval_func is None:
@@ -159,7 +198,7 @@ class KernelexecCodeExecutor(
     ) -> ExecutionResult:
         language = block.language or "python"
         task = asyncio.ensure_future(
-            self._session.execute(quiet_pip(block.code, language), language=language)
+            self._session.execute(prepare(block.code, language), language=language)
         )
         # Cancelling the task makes the session interrupt the kernel and record
         # the cancelled cell before CancelledError reaches the caller.
@@ -168,7 +207,7 @@ class KernelexecCodeExecutor(
 
     def _to_config(self) -> KernelexecCodeExecutorConfig:
         return KernelexecCodeExecutorConfig(
-            kernel_name=self._kernel_name, timeout=self._timeout, output_dir=str(self._output_dir)
+            kernel_name=self._kernel_name, timeout=self._timeout, output_dir=str(self.output_dir)
         )
 
     @classmethod
