@@ -281,8 +281,7 @@ def results_page(table: str, args: argparse.Namespace) -> str:
         f"# Benchmark results\n\n{when}; {platform.platform()}; {cpus} cores; "
         f"{int(memory) // 1024 // 1024} GiB; Python {platform.python_version()}.\n"
         "A shared, noisy machine: read the ratios (against raw jupyter_client, measured in "
-        "the same run), not the absolute times. Every pair ran in each of several rounds, "
-        "its samples pooled, so drifting load is spread over all implementations.\n\n"
+        f"the same run), not the absolute times. {_rounds_note(args)}\n\n"
         f"`python -m bench {' '.join(sys.argv[1:])}`\n\n{table}\n\n"
         "- Each implementation runs in its own fresh venv under bench/.venvs (kernelexec and "
         "raw share one), so every kernel runs the same current IPython.\n"
@@ -297,7 +296,23 @@ def results_page(table: str, args: argparse.Namespace) -> str:
         "- Peak RSS growth is the measuring process's own (the agent's side), over its RSS "
         "before the output.\n"
         "- Idle memory is the kernel process and its children, from /proc/PID/smaps_rollup.\n"
+        "- ag2's flood comes back empty because of its server, not its executor: "
+        "`LocalJupyterServer` starts a stock Kernel Gateway, whose IOPub data rate limit "
+        "(jupyter_server's default, 1 MB/s) drops a 10 MB print; `kernelexec gateway` turns "
+        "that limit off.\n"
+        "- fidelity: executions whose outputs differ from what the code wrote (order, "
+        "splits, losses), next to two CPU burners; raw reads IOPub as a notebook does "
+        "(`bench/fidelity.py`).\n"
     )
+
+
+def _rounds_note(args: argparse.Namespace) -> str:
+    if (args.rounds or (1 if args.quick else 3)) > 1:
+        return (
+            "Every pair ran in each of several rounds, its samples pooled, so drifting load "
+            "is spread over all implementations."
+        )
+    return "One round: each pair ran once, one after another."
 
 
 if __name__ == "__main__":

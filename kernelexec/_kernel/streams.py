@@ -109,6 +109,9 @@ class _Pipe:
         self.fd = fd
         self.parent = parent  # None: whichever request is current (before the first one)
         self.decoder: codecs.IncrementalDecoder | None = None  # made once there is text
+        # Set, under the stream's pipe lock, when ``fd`` is closed: its number may
+        # then belong to a new file, which must never be read or closed as this one.
+        self.closed = False
 
     def decode(self, raw: bytes, final: bool) -> str:
         """Text of ``raw``; a character cut between two reads waits for its other bytes."""
@@ -212,6 +215,12 @@ def _make_class(base: type) -> type:
                 self._open_pipe(header)
 
         def _open_pipe(self, parent: dict[str, Any] | None) -> None:
+            # Under the pipe lock: the watcher, woken by the old pipe's end of
+            # file, must not unregister or close it while it is moved aside here.
+            with self._pipe_lock:
+                self._switch_pipe(parent)
+
+        def _switch_pipe(self, parent: dict[str, Any] | None) -> None:
             read, write = (_above_std(fd) for fd in os.pipe())
             os.set_blocking(read, False)
             pipe = _Pipe(read, parent)
@@ -237,7 +246,14 @@ def _make_class(base: type) -> type:
                 if self._drain(old):
                     self._selector.register(old.fd, selectors.EVENT_READ, old)
                 else:
-                    os.close(old.fd)
+                    self._close_pipe(old)
+
+        def _close_pipe(self, pipe: _Pipe) -> None:
+            """Closes ``pipe`` once, whichever thread gets there first."""
+            with self._pipe_lock:
+                if not pipe.closed:
+                    pipe.closed = True
+                    os.close(pipe.fd)
 
         def _watch_pipes(self) -> None:
             try:
@@ -247,17 +263,23 @@ def _make_class(base: type) -> type:
                             return  # close() woke us with a byte that is not output
                         if self._drain(key.data):
                             continue
-                        self._selector.unregister(key.fd)
-                        if key.data is not self._pipe:
-                            os.close(key.fd)
-                        # else the code closed fd 1 itself: the read end stays
-                        # open, so its number is not reused while it is polled.
+                        with self._pipe_lock:
+                            if key.data.closed:
+                                continue  # moved aside and closed meanwhile
+                            with contextlib.suppress(KeyError):
+                                self._selector.unregister(key.fd)
+                            if key.data is not self._pipe:
+                                self._close_pipe(key.data)
+                            # else the code closed fd 1 itself: the read end stays
+                            # open, so its number is not reused while it is polled.
             except Exception:
                 self._exc = sys.exc_info()
 
         def _drain(self, pipe: _Pipe) -> bool:
             """Moves what ``pipe`` holds into the stream; False once it is closed and empty."""
             with self._pipe_lock:
+                if pipe.closed:
+                    return False
                 chunks, open_ = [], True
                 while True:
                     try:
