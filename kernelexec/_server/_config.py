@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import ConfigurationError
-from ._token import check_token, generate_token
+from ._token import check_token
 
-__all__ = ["ServerConfig", "generate_token", "is_loopback"]
+__all__ = ["ServerConfig", "is_loopback"]
 
 
 def is_loopback(host: str) -> bool:
