@@ -346,3 +346,11 @@ def test_default_ports_are_distinct_and_not_jupyterlabs() -> None:
     # Stable: the README and clients' configs name them.
     assert ports == {"serve": 8765, "gateway": 8767, "mcp --http": 8766}
     assert not set(ports.values()) & set(range(8888, 8900))  # JupyterLab's, and where it moves
+
+
+def test_a_generated_token_never_starts_like_an_option() -> None:
+    # One URL-safe token in 64 starts with "-", which `--token -abc` then reads as
+    # an option (seen: the README's `attach --lab-token "$JUPYTER_TOKEN"` failed).
+    from kernelexec._server import generate_token
+
+    assert not any(generate_token().startswith("-") for _ in range(2000))

@@ -23,8 +23,15 @@ _FIX = "pass another --token (or KERNELEXEC_TOKEN), or neither to have one gener
 
 
 def generate_token() -> str:
-    """A fresh random token, 256 bits, URL-safe."""
-    return secrets.token_urlsafe(32)
+    """A fresh random token, 256 bits, URL-safe, never starting with ``-``.
+
+    One in 64 URL-safe tokens starts with ``-``, and ``--token -abc...`` is then
+    read as an option by every command-line parser that gets it.
+    """
+    while True:
+        token = secrets.token_urlsafe(32)
+        if not token.startswith("-"):
+            return token
 
 
 def check_token(token: str) -> str:
