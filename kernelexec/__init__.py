@@ -13,6 +13,7 @@ from ._client import AsyncClient, AsyncRemoteSession, Client, RemoteSession
 from ._exceptions import (
     AuthenticationError,
     ConfigurationError,
+    EnvironmentBuildError,
     KernelexecError,
     KernelStartError,
     ServerError,
@@ -41,6 +42,7 @@ __all__ = [
     "Client",
     "ConfigurationError",
     "DockerBackend",
+    "EnvironmentBuildError",
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",

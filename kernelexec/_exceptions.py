@@ -6,6 +6,7 @@ These are raised only when kernelexec itself cannot do what was asked::
 
     KernelexecError
     ├── ConfigurationError   an argument or setting cannot work (bad work_dir, ...)
+    │   └── EnvironmentBuildError  the packages asked for could not be installed
     ├── KernelStartError     no kernel could be started (missing ipykernel, bad spec, ...)
     ├── SessionClosedError   the session was used after close()
     └── ServerError          a kernelexec server refused a request or could not be reached
@@ -19,6 +20,7 @@ from __future__ import annotations
 __all__ = [
     "AuthenticationError",
     "ConfigurationError",
+    "EnvironmentBuildError",
     "KernelStartError",
     "KernelexecError",
     "ServerError",
@@ -34,6 +36,14 @@ class KernelexecError(Exception):
 
 class ConfigurationError(KernelexecError):
     """An argument or setting cannot work; the message names the one to change."""
+
+
+class EnvironmentBuildError(ConfigurationError):
+    """A virtual environment or kernel image with the packages asked for could not be made.
+
+    The message ends with the useful tail of the installer's output (pip's, uv's
+    or docker build's), which names the package that failed and why.
+    """
 
 
 class KernelStartError(KernelexecError):

@@ -57,8 +57,18 @@ def _call(coro: Coroutine[Any, Any, T]) -> T:
 class Session:
     """A synchronous AsyncSession; takes the same arguments."""
 
-    def __init__(self, work_dir: str | Path | None = None, **options: Any) -> None:
-        self._async = AsyncSession(work_dir, **options)
+    def __init__(
+        self,
+        work_dir: str | Path | None = None,
+        *,
+        packages: Sequence[str] | None = None,
+        python_version: str | None = None,
+        venv: str | Path | None = None,
+        **options: Any,
+    ) -> None:
+        self._async = AsyncSession(
+            work_dir, packages=packages, python_version=python_version, venv=venv, **options
+        )
 
     @classmethod
     def from_transcript(

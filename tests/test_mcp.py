@@ -24,6 +24,7 @@ from kernelexec._mcp._files import FileRefused, confined
 
 TOOLS = {
     "execute_code",
+    "create_session",
     "list_sessions",
     "restart_session",
     "interrupt_session",

@@ -30,8 +30,16 @@ REPO = Path(__file__).resolve().parents[1]
 # Each extra the wheel declares (besides the test tools), and what its users import.
 EXTRAS = {
     "examples": ["matplotlib", "pandas", "PIL"],
-    "autogen": ["autogen_agentchat", "kernelexec.integrations.autogen"],
-    "ag2": ["kernelexec.integrations.ag2"],
+    "autogen": [
+        "autogen_agentchat",
+        "autogen_ext.tools.code_execution",
+        "kernelexec.integrations.autogen",
+    ],
+    "ag2": [
+        "kernelexec.integrations.ag2",
+        "kernelexec.integrations.ag2_tools",
+        "kernelexec.integrations.ag2_beta",
+    ],
     "mcp": ["kernelexec._mcp._http"],
 }
 # The README's first library snippet, as a user of the installed package runs it.

@@ -35,8 +35,9 @@ from jupyter_client.session import Session
 from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
 from .._kernel import BOOT_DIR
+from .._venv import check_packages
 from ._docker_engine import docker, engine_problem
-from ._image import image_tag, last_built_tag
+from ._image import build_image, image_tag, last_built_tag
 from ._local import LocalBackend, _context, _describe_exit
 from ._zmq import KernelSockets
 
@@ -64,6 +65,13 @@ class DockerBackend(LocalBackend):
             default, the image ``kernelexec image build`` built (or found
             built) last, whatever its options, else the one it makes with
             default inputs.
+        packages: requirements to pip install into the image: the backend
+            builds it on its first start, as ``kernelexec image build
+            --packages`` would, or finds it built (its tag is a hash of the
+            inputs). Not with ``image=``.
+        requirements: a requirements file (pip's ``-r`` format) for the image,
+            likewise; its content is part of the tag.
+        base_image: the image to build on (default python:3.12-slim), likewise.
         memory: memory limit, e.g. "512m" (swap is not allowed beyond it).
         cpus: CPU limit, e.g. 1.5.
         pids_limit: most processes and threads in the container.
@@ -78,6 +86,9 @@ class DockerBackend(LocalBackend):
         self,
         *,
         image: str | None = None,
+        packages: Sequence[str] | None = None,
+        requirements: str | Path | None = None,
+        base_image: str | None = None,
         memory: str | None = None,
         cpus: float | None = None,
         pids_limit: int | None = None,
@@ -90,7 +101,17 @@ class DockerBackend(LocalBackend):
         super().__init__(startup_timeout=startup_timeout)
         if isinstance(volumes, str):
             raise ConfigurationError("volumes= takes a list of docker -v specs, not one string")
+        builds = packages is not None or requirements is not None or base_image is not None
+        if image is not None and builds:
+            raise ConfigurationError(
+                "give DockerBackend image= (an image built already) or packages=, "
+                "requirements=, base_image= (to build one), not both"
+            )
         self.image = image
+        self.packages = check_packages(packages or ())
+        self.requirements = _requirements_file(requirements)
+        self.base_image = base_image
+        self._builds = builds
         self.memory = memory
         self.cpus = cpus
         self.pids_limit = pids_limit
@@ -197,6 +218,17 @@ class DockerBackend(LocalBackend):
     # -- internals
 
     async def _default_image(self) -> str:
+        if self._builds:
+            # Quiet: a failure's message carries the build output's tail. Not
+            # marked as the last built: DockerBackend() keeps running the
+            # image `kernelexec image build` made.
+            return await build_image(
+                base_image=self.base_image,
+                packages=self.packages,
+                requirements=self.requirements,
+                quiet=True,
+                mark_last=False,
+            )
         # The build's options (--base-image, --packages, ...) are in the tag's
         # hash, so the image just built is found by the tag the build moves.
         for candidate in (last_built_tag(), image_tag()):
@@ -316,6 +348,22 @@ class DockerBackend(LocalBackend):
         return f"the kernel container exited during start-up ({self._ended or 'cause unknown'})" + (
             f"; it said:\n{logs}" if logs else ""
         )
+
+
+def _requirements_file(requirements: str | Path | None) -> Path | None:
+    if requirements is None:
+        return None
+    if not isinstance(requirements, (str, os.PathLike)):
+        raise ConfigurationError(
+            f"requirements= takes a requirements file's path, not {type(requirements).__name__}"
+        )
+    path = Path(requirements).expanduser().absolute()
+    if not path.is_file():
+        raise ConfigurationError(
+            f"requirements={str(requirements)!r}: no such file ({path}); give the path of a "
+            "requirements file, or the packages themselves as packages=[...]"
+        )
+    return path
 
 
 def owner_label() -> str:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._exceptions import ConfigurationError, KernelexecError
+from .._exceptions import ConfigurationError, EnvironmentBuildError, KernelexecError
+from .._venv import check_packages, output_tail
 from ._docker_engine import docker, engine_problem
 
 __all__ = ["DEFAULT_BASE_IMAGE", "DOCKERFILE", "build_image", "image_tag", "last_built_tag"]
@@ -27,6 +28,8 @@ __all__ = ["DEFAULT_BASE_IMAGE", "DOCKERFILE", "build_image", "image_tag", "last
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
 DOCKERFILE = Path(__file__).resolve().with_name("Dockerfile")
 REPOSITORY = "kernelexec-kernel"
+# The legacy builder's lines that say nothing about a failure.
+_BUILD_NOISE = ("Step ", " ---> ", "DEPRECATED:", " " * 12, "Removing intermediate", "Sending")
 
 
 def image_tag(
@@ -35,7 +38,12 @@ def image_tag(
     packages: Sequence[str] = (),
     requirements: str = "",
 ) -> str:
-    """The tag the image built from these inputs gets."""
+    """The tag the image built from these inputs gets.
+
+    Raises:
+        ConfigurationError: a package looks like a pip option.
+    """
+    check_packages(packages)
     inputs = {
         "dockerfile": _dockerfile().read_text(encoding="utf-8"),
         "base_image": base_image or DEFAULT_BASE_IMAGE,
@@ -52,20 +60,34 @@ async def build_image(
     packages: Sequence[str] = (),
     requirements: Path | None = None,
     quiet: bool = False,
+    mark_last: bool = True,
 ) -> str:
     """Builds the kernel image unless an image with its tag exists; returns the tag.
 
+    Args:
+        base_image: the FROM image; default ``DEFAULT_BASE_IMAGE``.
+        packages: requirements for pip, each one argument after ``--``.
+        requirements: a requirements file (pip's ``-r`` format).
+        quiet: capture the build's output rather than show it; a failure's
+            message then ends with the output's tail.
+        mark_last: make this the image ``DockerBackend()`` runs by default
+            (``kernelexec image build`` does; a backend building its own does not).
+
     Raises:
-        ConfigurationError: the requirements file cannot be read.
-        KernelexecError: the engine is unreachable or the build failed.
+        ConfigurationError: the requirements file cannot be read, or a
+            package looks like a pip option.
+        EnvironmentBuildError: the build failed (a package that does not
+            install, a base image that cannot be pulled).
+        KernelexecError: the engine is unreachable.
     """
     try:
         requirements_text = requirements.read_text(encoding="utf-8") if requirements else ""
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read --requirements {requirements}: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"cannot read requirements file {requirements}: {exc}") from exc
     tag = image_tag(base_image=base_image, packages=packages, requirements=requirements_text)
     if (await docker("image", "inspect", tag)).ok:
-        await _mark_last_built(tag)
+        if mark_last:
+            await _mark_last_built(tag)
         return tag
     with tempfile.TemporaryDirectory(prefix="kernelexec-image-") as context:
         (Path(context) / "Dockerfile").write_text(_dockerfile().read_text(encoding="utf-8"))
@@ -75,7 +97,7 @@ async def build_image(
             "--build-arg",
             f"BASE_IMAGE={base_image or DEFAULT_BASE_IMAGE}",
             "--build-arg",
-            f"PACKAGES={' '.join(packages)}",
+            f"PACKAGES={json.dumps(list(packages)) if packages else ''}",
             "--label",
             "kernelexec=1",
             "-t",
@@ -84,17 +106,28 @@ async def build_image(
             timeout=1800,
             show=not quiet,
         )
-    if quiet and not reply.ok:
-        sys.stderr.write(reply.stdout + reply.stderr)
     if not reply.ok:
         problem = engine_problem(reply)
-        raise KernelexecError(
-            problem
-            or f"docker build of {tag} failed; its output says why "
-            "(a base image that cannot be pulled? pass --base-image)"
+        if problem:
+            raise KernelexecError(problem)
+        said = f" Its output ends:\n{_build_tail(reply.stdout + reply.stderr)}" if quiet else ""
+        raise EnvironmentBuildError(
+            f"docker build of {tag} failed: a package that does not install, or a base "
+            f"image that cannot be pulled (choose another with base_image=/--base-image)?{said}"
         )
-    await _mark_last_built(tag)
+    if mark_last:
+        await _mark_last_built(tag)
     return tag
+
+
+def _build_tail(output: str) -> str:
+    """The end of a failed build's output without its step headers, cache lines and colours."""
+    kept = [
+        line
+        for line in re.sub(r"\x1b\[[0-9;]*m", "", output).splitlines()
+        if not line.startswith(_BUILD_NOISE)
+    ]
+    return output_tail("\n".join(kept))
 
 
 def last_built_tag() -> str:

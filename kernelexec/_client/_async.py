@@ -13,9 +13,17 @@ from typing import Any, TypeVar
 import httpx
 
 from .._live import OutputListener
-from .._models import ExecutionResult
+from .._models import ExecutionResult, Limits
 from .._remote_models import FileInfo, SessionInfo
-from ._base import DEFAULT_URL, Call, calls, error_for, http_options, unreachable
+from ._base import (
+    DEFAULT_URL,
+    Call,
+    calls,
+    error_for,
+    http_options,
+    session_options,
+    unreachable,
+)
 from ._sse import StreamReader
 
 __all__ = ["AsyncClient", "AsyncRemoteSession", "OpeningSession"]
@@ -57,6 +65,14 @@ class AsyncClient:
         kernel_name: str = "python3",
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        python: str | None = None,
+        venv: str | None = None,
+        packages: Sequence[str] | None = None,
+        python_version: str | None = None,
+        preload: str | None = None,
+        limits: Limits | Mapping[str, int] | None = None,
+        docker: Mapping[str, Any] | None = None,
+        gateway: str | None = None,
     ) -> OpeningSession:
         """Creates a session on the server; see ``Client.session``.
 
@@ -65,10 +81,20 @@ class AsyncClient:
         for ``Client.session()``.
         """
 
+        options = session_options(
+            python=python,
+            venv=venv,
+            packages=packages,
+            python_version=python_version,
+            preload=preload,
+            limits=limits,
+            docker=docker,
+            gateway=gateway,
+        )
+
         async def create() -> AsyncRemoteSession:
-            return AsyncRemoteSession(
-                self, await self._send(calls.create(kernel_name, env, timeout))
-            )
+            call = calls.create(kernel_name, env, timeout, options)
+            return AsyncRemoteSession(self, await self._send(call))
 
         return OpeningSession(create)
 
@@ -93,6 +119,30 @@ class AsyncClient:
         if response.is_error:
             raise error_for(response)
         return call.read(response)
+
+    async def _read_head(self, call: Call[Any], limit: int, whole: bool) -> tuple[bytes, int]:
+        """At most ``limit`` bytes of a download, and its whole size; with ``whole``,
+        nothing of a body over ``limit`` is read (its bytes come back empty)."""
+        try:
+            async with self._http.stream(
+                call.method, call.path, **call.options(self.timeout)
+            ) as response:
+                if response.is_error:
+                    await response.aread()
+                    raise error_for(response)
+                declared = response.headers.get("content-length", "")
+                size = int(declared) if declared.isdigit() else -1
+                if whole and size > limit:
+                    return b"", size
+                chunks, got = [], 0
+                async for chunk in response.aiter_bytes():
+                    chunks.append(chunk)
+                    got += len(chunk)
+                    if got > limit:
+                        break  # never more of a file in memory than asked for
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from exc
+        return b"".join(chunks)[:limit], size if size >= 0 else got
 
     async def _send_stream(
         self, call: Call[ExecutionResult], on_output: OutputListener

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -21,10 +21,18 @@ from .._exceptions import (
     SessionCulledError,
     SessionNotFoundError,
 )
-from .._models import ExecutionResult
+from .._models import ExecutionResult, Limits
 from .._remote_models import FileInfo, SessionInfo
 
-__all__ = ["DEFAULT_URL", "Call", "calls", "error_for", "http_options", "unreachable"]
+__all__ = [
+    "DEFAULT_URL",
+    "Call",
+    "calls",
+    "error_for",
+    "http_options",
+    "session_options",
+    "unreachable",
+]
 
 T = TypeVar("T")
 
@@ -74,6 +82,33 @@ def http_options(url: str, token: str | None) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     # trust_env off: a proxy from the environment must not see the token.
     return {"base_url": url.rstrip("/"), "headers": headers, "trust_env": False}
+
+
+def session_options(
+    *,
+    python: str | None = None,
+    venv: str | None = None,
+    packages: Sequence[str] | None = None,
+    python_version: str | None = None,
+    preload: str | None = None,
+    limits: Limits | Mapping[str, int] | None = None,
+    docker: Mapping[str, Any] | None = None,
+    gateway: str | None = None,
+) -> dict[str, Any]:
+    """The session options given, as ``POST /sessions`` takes them (None: left out)."""
+    if isinstance(packages, str):
+        raise TypeError("packages= takes a list of requirements, not one string")
+    given: dict[str, Any] = {
+        "python": python,
+        "venv": venv,
+        "packages": list(packages) if packages is not None else None,
+        "python_version": python_version,
+        "preload": preload,
+        "limits": asdict(limits) if isinstance(limits, Limits) else limits,
+        "docker": dict(docker) if docker is not None else None,
+        "gateway": gateway,
+    }
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def error_for(response: httpx.Response) -> ServerError:
@@ -136,18 +171,27 @@ class calls:  # a namespace of Call builders, lower case like a module
     """The API, one Call builder per route."""
 
     @staticmethod
+    def raw(method: str, path: str, read: Callable[[httpx.Response], T]) -> Call[T]:
+        """Any other request, read with ``read``."""
+        return Call(method, path, read)
+
+    @staticmethod
     def health() -> Call[dict[str, Any]]:
         return Call("GET", "/health", _json)
 
     @staticmethod
     def create(
-        kernel_name: str, env: Mapping[str, str] | None, timeout: float | None
+        kernel_name: str,
+        env: Mapping[str, str] | None,
+        timeout: float | None,
+        options: Mapping[str, Any] | None = None,
     ) -> Call[SessionInfo]:
         body: dict[str, Any] = {"kernel_name": kernel_name}
         if env:
             body["env"] = dict(env)
         if timeout is not None:
             body["timeout"] = timeout
+        body.update(options or {})
         return Call("POST", "/sessions", _session, json=body, long=True)
 
     @staticmethod

@@ -9,9 +9,17 @@ from typing import Any, TypeVar
 import httpx
 
 from .._live import OutputListener
-from .._models import ExecutionResult
+from .._models import ExecutionResult, Limits
 from .._remote_models import FileInfo, SessionInfo
-from ._base import DEFAULT_URL, Call, calls, error_for, http_options, unreachable
+from ._base import (
+    DEFAULT_URL,
+    Call,
+    calls,
+    error_for,
+    http_options,
+    session_options,
+    unreachable,
+)
 from ._sse import StreamReader
 
 __all__ = ["Client", "RemoteSession"]
@@ -66,6 +74,14 @@ class Client:
         kernel_name: str = "python3",
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        python: str | None = None,
+        venv: str | None = None,
+        packages: Sequence[str] | None = None,
+        python_version: str | None = None,
+        preload: str | None = None,
+        limits: Limits | Mapping[str, int] | None = None,
+        docker: Mapping[str, Any] | None = None,
+        gateway: str | None = None,
     ) -> RemoteSession:
         """Creates a session (a new kernel and work dir) on the server.
 
@@ -73,8 +89,33 @@ class Client:
             kernel_name: a kernelspec installed on the server.
             env: variables for the kernel.
             timeout: default seconds per execution; default the server's.
+            python: an interpreter for the kernel, one the server allows
+                (``--allow-python``).
+            venv: a venv's name, made or reused in the server's venv root
+                (``--allow-packages``).
+            packages: requirements installed in the session's venv (``--allow-packages``).
+            python_version: the venv's Python version (``--allow-packages``).
+            preload: code each kernel runs first; replaces the server's ``--preload``.
+            limits: output caps (``Limits`` or a dict of some), at most the server's.
+            docker: run the kernel in a container (``--allow-docker``), e.g.
+                ``{"memory": "512m", "cpus": 1, "pids_limit": 128}``.
+            gateway: a gateway's URL to run the kernel on (``--allow-gateway``).
+
+        Raises:
+            ServerError: status 403 for an option the server does not allow
+                (the message names the flag), 422 for a value it cannot use.
         """
-        return RemoteSession(self, self._send(calls.create(kernel_name, env, timeout)))
+        options = session_options(
+            python=python,
+            venv=venv,
+            packages=packages,
+            python_version=python_version,
+            preload=preload,
+            limits=limits,
+            docker=docker,
+            gateway=gateway,
+        )
+        return RemoteSession(self, self._send(calls.create(kernel_name, env, timeout, options)))
 
     def attach(self, session_id: str) -> RemoteSession:
         """An existing session, by id."""

@@ -10,16 +10,32 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._exceptions import ConfigurationError, KernelStartError
 from .._remote_models import SessionInfo
+from .._server._options import SessionOptions, SessionPolicy
 from .._session import AsyncSession
 
-__all__ = ["McpConfig", "SessionError", "Sessions"]
+__all__ = ["McpConfig", "SessionError", "Sessions", "check_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class SessionError(Exception):
     """A tool call named a session that cannot be used; the message says what to do."""
+
+
+def check_name(name: str) -> str:
+    """``name`` if it may name a session.
+
+    Raises:
+        SessionError: it is not 1-64 letters, digits, '_', '-' or '.'.
+    """
+    if not _NAME.fullmatch(name):
+        raise SessionError(
+            f"bad session name {name[:80]!r}: use 1-64 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,7 @@ class McpConfig:
         max_file_bytes: the largest file a resource read returns; a larger
             one is refused with its path on this machine (a read holds the
             file, and its base64, in memory).
+        policy: the session options ``create_session`` may ask for.
     """
 
     work_root: Path
@@ -46,11 +63,13 @@ class McpConfig:
     kernel_name: str = "python3"
     inline_limit: int = 64 * 1024
     max_file_bytes: int = 32 * 1024 * 1024
+    policy: SessionPolicy = field(default_factory=SessionPolicy)
 
 
 @dataclass
 class _Entry:
     session: AsyncSession
+    options: SessionOptions
     created: float = field(default_factory=time.time)
     last_activity: float = field(default_factory=time.time)
     executions: int = 0
@@ -58,43 +77,72 @@ class _Entry:
 
 
 class Sessions:
-    """Named sessions, made on first use and closed together."""
+    """Named sessions, made on first use (or by ``create``) and closed together."""
 
     def __init__(self, config: McpConfig) -> None:
         self.config = config
         self._entries: dict[str, _Entry] = {}
 
     def get(self, name: str, *, create: bool = False) -> AsyncSession:
-        """The session called ``name``, made now if ``create``.
+        """The session called ``name``, made now (with no options) if ``create``.
 
         Raises:
             SessionError: a bad name, no such session, or too many sessions.
         """
-        if not _NAME.fullmatch(name):
-            raise SessionError(
-                f"bad session name {name!r}: use 1-64 letters, digits, '_', '-' or '.', "
-                "starting with a letter or digit"
-            )
+        check_name(name)
         entry = self._entries.get(name)
         if entry is None:
             if not create:
                 known = ", ".join(sorted(self._entries)) or "none yet"
                 raise SessionError(
-                    f"no session {name!r} (sessions: {known}); execute_code makes one"
+                    f"no session {name!r} (sessions: {known}); execute_code or "
+                    "create_session makes one"
                 )
-            if len(self._entries) >= self.config.max_sessions:
-                raise SessionError(
-                    f"already {len(self._entries)} sessions, the most allowed "
-                    "(kernelexec mcp --max-sessions); reuse one of list_sessions"
-                )
+            entry = self._add(name, SessionOptions())
+        entry.last_activity = time.time()
+        return entry.session
+
+    async def create(
+        self, name: str, options: SessionOptions, timeout: float | None = None
+    ) -> AsyncSession:
+        """A new session called ``name`` with ``options``, its kernel started.
+
+        Raises:
+            SessionError: the name is taken or bad, too many sessions, or the
+                kernel could not start with these options (the message says why).
+        """
+        if check_name(name) in self._entries:
+            raise SessionError(f"a session {name!r} exists; pick another name, or use it as it is")
+        entry = self._add(name, options, timeout)
+        try:
+            await entry.session.start()
+        except (ConfigurationError, KernelStartError) as exc:
+            self._entries.pop(name, None)
+            await entry.session.close()
+            raise SessionError(f"session {name!r} could not start: {exc}") from None
+        except BaseException:
+            self._entries.pop(name, None)
+            await entry.session.close()
+            raise
+        return entry.session
+
+    def _add(self, name: str, options: SessionOptions, timeout: float | None = None) -> _Entry:
+        if len(self._entries) >= self.config.max_sessions:
+            raise SessionError(
+                f"already {len(self._entries)} sessions, the most allowed "
+                "(kernelexec mcp --max-sessions); reuse one of list_sessions"
+            )
+        try:
             session = AsyncSession(
                 self.config.work_root / name,
                 kernel_name=self.config.kernel_name,
-                timeout=self.config.timeout,
+                timeout=timeout or self.config.timeout,
+                **options.session_kwargs(self.config.policy, self.config.kernel_name),
             )
-            entry = self._entries[name] = _Entry(session)
-        entry.last_activity = time.time()
-        return entry.session
+        except ConfigurationError as exc:
+            raise SessionError(str(exc)) from None
+        entry = self._entries[name] = _Entry(session, options)
+        return entry
 
     @contextlib.asynccontextmanager
     async def executing(self, name: str) -> AsyncIterator[AsyncSession]:
@@ -116,12 +164,12 @@ class Sessions:
                 id=name,
                 state="busy" if entry.busy else "idle",
                 kernel_name=self.config.kernel_name,
-                timeout=self.config.timeout,
+                timeout=entry.session.timeout,
                 created=entry.created,
                 last_activity=entry.last_activity,
                 executions=entry.executions,
             ).to_dict()
-            | {"work_dir": str(entry.session.work_dir)}
+            | {"options": entry.options.to_dict(), "work_dir": str(entry.session.work_dir)}
             for name, entry in sorted(self._entries.items())
         ]
 

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._config import ServerConfig
 from ._errors import ApiError
+from ._options import OPTION_FIELDS, OptionError, SessionOptions, parse_options
 
 __all__ = [
     "BodyLimit",
@@ -39,6 +40,7 @@ class CreateRequest:
     kernel_name: str
     env: dict[str, str]
     timeout: float
+    options: SessionOptions = field(default_factory=SessionOptions)
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,7 @@ async def parse_create(
 ) -> CreateRequest:
     """The body of ``POST /sessions``."""
     data = await _json_object(request, config.max_body)
-    _check_fields(data, ("kernel_name", "env", "timeout"))
+    _check_fields(data, ("kernel_name", "env", "timeout", *OPTION_FIELDS))
     kernel_name = _text(data.get("kernel_name", "python3"), "kernel_name")
     if kernel_name not in kernel_names:
         raise ApiError(
@@ -199,7 +201,12 @@ async def parse_create(
             f"server; installed: {', '.join(kernel_names)}",
         )
     timeout = _timeout(data.get("timeout"), config)
-    return CreateRequest(kernel_name, _env(data.get("env", {})), timeout or config.default_timeout)
+    env = _env(data.get("env", {}))
+    try:
+        options = parse_options(data, config.policy)
+    except OptionError as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
+    return CreateRequest(kernel_name, env, timeout or config.default_timeout, options)
 
 
 async def parse_execute(request: Request, config: ServerConfig) -> ExecuteRequest:

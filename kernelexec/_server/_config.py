@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._exceptions import ConfigurationError
+from ._options import SessionPolicy
 from ._token import check_token
 
 __all__ = ["ServerConfig", "is_loopback"]
@@ -41,6 +42,7 @@ class ServerConfig:
             result still holds it).
         pool_size: kernels kept started (and preloaded) for new sessions; 0 for none.
         preload: code every session's kernel runs before its first execution.
+        policy: the session options clients may ask for (``SessionPolicy``).
     """
 
     token: str
@@ -55,6 +57,7 @@ class ServerConfig:
     max_stream_buffer: int = 1_000_000
     pool_size: int = 0
     preload: str | None = None
+    policy: SessionPolicy = field(default_factory=SessionPolicy)
 
     def __post_init__(self) -> None:
         check_token(self.token)

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import __version__
 from ._config import ServerConfig
+from ._options import options_schema
 from ._paths import path_schema
 
 __all__ = ["openapi_schema"]
@@ -33,10 +34,13 @@ def _errors(*statuses: int) -> dict[str, Any]:
     said = {
         400: "Malformed request",
         401: "Missing or wrong token",
-        403: "Path leaves the work dir",
+        403: "Path leaves the work dir, or a session option the operator has not allowed "
+        "(the message names the flag)",
         404: "No such session (or file)",
         409: "The session was culled, closed or deleted, or the file cannot be written",
         413: "Body over --max-body-mb (any route)",
+        422: "A session option's value cannot be used (over a cap, a path for a venv "
+        "name, preload code that fails, a package that does not install)",
         429: "At --max-sessions",
         503: "Kernel start failed, or the server is shutting down",
     }
@@ -98,6 +102,7 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                     "additionalProperties": {"type": "string", "pattern": "^[^\\x00]*$"},
                 },
                 "timeout": timeout,
+                **options_schema(config.policy),
             },
         },
         "Execute": {
@@ -130,6 +135,10 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                 "created": {"type": "number"},
                 "last_activity": {"type": "number"},
                 "executions": {"type": "integer"},
+                "options": {
+                    "type": "object",
+                    "description": "the session options it was created with",
+                },
             },
         },
         "SessionList": {
@@ -363,7 +372,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
         "/sessions": {
             "post": _op(
                 "Create a session and start its kernel",
-                {"201": _json(_ref("Session"), "Created"), **_errors(400, 409, 429, 503)},
+                {"201": _json(_ref("Session"), "Created"), **_errors(400, 403, 409, 422, 429, 503)},
                 requestBody={"content": {_JSON: {"schema": _ref("CreateSession")}}},
             ),
             "get": _op(

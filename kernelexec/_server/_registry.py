@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .._exceptions import ConfigurationError, KernelStartError, SessionClosedError
 from .._pool import KernelPool
@@ -20,6 +21,7 @@ from .._workdir import remove_tree
 from ._bodies import CreateRequest
 from ._config import ServerConfig
 from ._errors import ApiError
+from ._options import SessionOptions
 
 __all__ = ["Entry", "Registry"]
 
@@ -36,6 +38,7 @@ class Entry:
     session: AsyncSession
     kernel_name: str
     timeout: float
+    options: SessionOptions = field(default_factory=SessionOptions)
     created: float = field(default_factory=time.time)
     last_activity: float = field(default_factory=time.time)
     executions: int = 0
@@ -67,6 +70,10 @@ class Entry:
             self.last_activity,
             self.executions,
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The session as the API describes it: its info, and the options it was made with."""
+        return self.info().to_dict() | {"options": self.options.to_dict()}
 
     def touch(self) -> None:
         self.last_activity = time.time()
@@ -110,18 +117,22 @@ class Registry:
                 "(DELETE /sessions/{id}) or wait for idle ones to be culled",
             )
         session_id = secrets.token_hex(16)
+        options = request.options
+        kwargs: dict[str, Any] = {"preload": self.config.preload}
+        kwargs |= options.session_kwargs(self.config.policy, request.kernel_name)
+        if options.local:
+            kwargs["pool"] = self.pool  # a container or a gateway is no pool's kernel
         try:
             session = AsyncSession(
                 self.root / session_id,
                 kernel_name=request.kernel_name,
                 env=request.env,
                 timeout=request.timeout,
-                preload=self.config.preload,
-                pool=self.pool,
+                **kwargs,
             )
         except ConfigurationError as exc:
             raise ApiError(503, "work_root_unusable", str(exc)) from None
-        entry = Entry(session_id, session, request.kernel_name, request.timeout)
+        entry = Entry(session_id, session, request.kernel_name, request.timeout, options)
         self._entries[session_id] = entry  # counted against the limit while it starts
         # A task of its own, so that a DELETE meanwhile can wait for the start
         # to end before it shuts the kernel down: closing a session in the
@@ -140,6 +151,16 @@ class Registry:
                 await session.close()
             if entry.deleted and isinstance(exc, Exception):
                 pass  # deleted meanwhile: what the creator needs to know is the 409 below
+            elif isinstance(exc, ConfigurationError):
+                # The client's options could not be honoured: a Python version
+                # not found, a package that failed to install (pip's words in it).
+                raise ApiError(422, "invalid_option", str(exc)) from None
+            elif (
+                isinstance(exc, KernelStartError)
+                and options.preload is not None
+                and ("preload" in str(exc))
+            ):
+                raise ApiError(422, "invalid_option", f"{exc} (the session's preload)") from None
             elif isinstance(exc, KernelStartError):
                 raise ApiError(503, "kernel_start_failed", str(exc)) from None
             else:

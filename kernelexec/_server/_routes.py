@@ -63,16 +63,16 @@ async def create_session(request: Request) -> Response:
     state = _state(request)
     body = await parse_create(request, state.config, state.kernel_names)
     entry = await state.registry.create(body)
-    return JSONResponse(entry.info().to_dict(), status_code=201)
+    return JSONResponse(entry.to_dict(), status_code=201)
 
 
 async def list_sessions(request: Request) -> Response:
     entries = _state(request).registry.entries()
-    return JSONResponse({"sessions": [e.info().to_dict() for e in entries]})
+    return JSONResponse({"sessions": [e.to_dict() for e in entries]})
 
 
 async def get_session(request: Request) -> Response:
-    return JSONResponse(_state(request).registry.get(_id(request)).info().to_dict())
+    return JSONResponse(_state(request).registry.get(_id(request)).to_dict())
 
 
 async def delete_session(request: Request) -> Response:
@@ -149,12 +149,12 @@ def _forget(tasks: set[asyncio.Task[ExecutionResult]]) -> Callable[[asyncio.Task
 
 async def interrupt(request: Request) -> Response:
     entry = await _state(request).registry.interrupt(_id(request))
-    return JSONResponse(entry.info().to_dict())
+    return JSONResponse(entry.to_dict())
 
 
 async def restart(request: Request) -> Response:
     entry = await _state(request).registry.restart(_id(request))
-    return JSONResponse(entry.info().to_dict())
+    return JSONResponse(entry.to_dict())
 
 
 async def files(request: Request) -> Response:

@@ -6,7 +6,13 @@ needs the framework installed::
     from kernelexec.integrations.autogen import KernelexecCodeExecutor  # kernelexec[autogen]
     from kernelexec.integrations.ag2 import KernelexecCodeExecutor      # kernelexec[ag2]
 
-Both take an ``approval_func`` that sees the code blocks before they run and
+Function-calling agents get a tool whose calls share one kernel::
+
+    PythonCodeExecutionTool(KernelexecCodeExecutor(...))  # AutoGen's own tool, our executor
+    from kernelexec.integrations.ag2_tools import KernelexecPythonTool      # AG2 agents
+    from kernelexec.integrations.ag2_beta import KernelexecCodeEnvironment  # autogen.beta
+
+Both executors take an ``approval_func`` that sees the code blocks before they run and
 may refuse them; it answers with a bool or an ``Approval``.
 """
 

@@ -1,0 +1,237 @@
+"""Where the MCP tools' sessions live: in this process, or on a ``kernelexec serve``.
+
+The tools are written once against ``Door``. ``LocalDoor`` holds its own
+sessions (``kernelexec mcp``); ``RemoteDoor`` speaks to a running server with
+kernelexec's own HTTP client (``kernelexec mcp --server URL``), so an MCP
+client and an HTTP client see, and use, the same sessions. Both refuse the
+same things with the same two exceptions: ``SessionError`` (no such session,
+an option refused) and ``FileRefused`` (a path that is no file of the work dir).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import PurePosixPath
+from typing import Any, Protocol, TypeVar
+
+from .._client import AsyncClient
+from .._client._base import Call, calls
+from .._exceptions import ServerError
+from .._models import ExecutionResult
+from .._server._options import OptionError, parse_options
+from ._files import FileRefused, confined, files_in, read_head, read_notebook
+from ._sessions import McpConfig, SessionError, Sessions, check_name
+
+__all__ = ["Door", "LocalDoor", "RemoteDoor"]
+
+_SERVER_ID = re.compile(r"[0-9a-f]{32}")
+T = TypeVar("T")
+
+
+class Door(Protocol):
+    """What the MCP tools need of the sessions, wherever they run."""
+
+    async def create(
+        self, name: str, options: dict[str, Any], timeout: float | None
+    ) -> dict[str, Any]:
+        """Makes a session with these options (JSON, as ``POST /sessions`` takes them)."""
+        ...
+
+    async def execute(
+        self, name: str, code: str, language: str, timeout: float | None
+    ) -> ExecutionResult:
+        """Runs code in the session, made first (with no options) if it does not exist."""
+        ...
+
+    async def infos(self) -> list[dict[str, Any]]: ...
+
+    async def restart(self, name: str) -> None: ...
+
+    async def interrupt(self, name: str) -> None: ...
+
+    async def files(self, name: str) -> dict[str, Any]:
+        """The work dir's files as the HTTP API lists them."""
+        ...
+
+    async def read(
+        self, name: str, path: str, limit: int, *, whole: bool = False
+    ) -> tuple[bytes, int]:
+        """At most ``limit`` bytes of a file and its size (``whole``: nothing if larger)."""
+        ...
+
+    async def notebook(self, name: str) -> tuple[bytes | None, str]:
+        """The transcript's bytes (None before anything ran) and its path in the work dir."""
+        ...
+
+    async def where(self, name: str, path: str) -> str:
+        """Where a person finds the whole file, for messages."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class LocalDoor:
+    """The MCP server's own sessions, in this process."""
+
+    def __init__(self, config: McpConfig) -> None:
+        self.config = config
+        self.sessions = Sessions(config)
+
+    async def create(
+        self, name: str, options: dict[str, Any], timeout: float | None
+    ) -> dict[str, Any]:
+        try:
+            parsed = parse_options(options, self.config.policy)
+        except OptionError as exc:
+            raise SessionError(f"{exc.message} (HTTP {exc.status} {exc.code})") from None
+        if timeout is not None and not 0 < timeout <= self.config.max_timeout:
+            raise SessionError(
+                f"timeout must be more than 0 and at most {self.config.max_timeout:g} s "
+                "(kernelexec mcp --max-timeout)"
+            )
+        await self.sessions.create(name, parsed, timeout)
+        return next(i for i in self.sessions.infos() if i["id"] == name)
+
+    async def execute(
+        self, name: str, code: str, language: str, timeout: float | None
+    ) -> ExecutionResult:
+        seconds = min(timeout or self.config.timeout, self.config.max_timeout)
+        if not seconds > 0:
+            raise SessionError("timeout must be a positive number of seconds")
+        self.sessions.get(name, create=True)
+        async with self.sessions.executing(name) as session:
+            return await session.execute(code, language=language, timeout=seconds)
+
+    async def infos(self) -> list[dict[str, Any]]:
+        return self.sessions.infos()
+
+    async def restart(self, name: str) -> None:
+        await self.sessions.get(name).restart()
+
+    async def interrupt(self, name: str) -> None:
+        await self.sessions.get(name).interrupt()
+
+    async def files(self, name: str) -> dict[str, Any]:
+        work_dir = self.sessions.get(name).work_dir
+        found, cut, skipped = await files_in(work_dir)
+        listed = [f.to_dict() for f in found]
+        return {"work_dir": str(work_dir), "files": listed, "truncated": cut, "skipped": skipped}
+
+    async def read(
+        self, name: str, path: str, limit: int, *, whole: bool = False
+    ) -> tuple[bytes, int]:
+        return read_head(self.sessions.get(name).work_dir, path, limit, whole=whole)
+
+    async def notebook(self, name: str) -> tuple[bytes | None, str]:
+        session = self.sessions.get(name)
+        await session.flush()
+        relative = session.notebook_path.relative_to(session.work_dir).as_posix()
+        # Read whole, through a handle: never what a link at its name points to.
+        return read_notebook(session.work_dir, session.notebook_path), relative
+
+    async def where(self, name: str, path: str) -> str:
+        target = confined(self.sessions.get(name).work_dir, path)
+        return f"open {target} on the MCP server's machine"
+
+    async def close(self) -> None:
+        await self.sessions.close()
+
+
+class RemoteDoor:
+    """The sessions of a ``kernelexec serve``, through its HTTP API.
+
+    A session is named by its server id (32 hex digits, as ``GET /sessions``
+    lists them) or by a name this MCP server gave one it made (``default`` is
+    made on the first ``execute_code``). Closing the MCP server leaves the
+    server's sessions running: they are shared.
+    """
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self._names: dict[str, str] = {}  # a name this MCP server gave -> server id
+
+    def _id(self, name: str) -> str | None:
+        if name in self._names:
+            return self._names[name]
+        return name if _SERVER_ID.fullmatch(name) else None
+
+    def _known(self, name: str) -> str:
+        session_id = self._id(check_name(name))
+        if session_id is None:
+            raise SessionError(
+                f"no session {name!r}: name one by its id (list_sessions), or make it "
+                "with create_session"
+            )
+        return session_id
+
+    async def create(
+        self, name: str, options: dict[str, Any], timeout: float | None
+    ) -> dict[str, Any]:
+        if self._id(check_name(name)) is not None:
+            raise SessionError(f"a session {name!r} exists; pick another name, or use it")
+        # The server holds the options to its operator's flags; its refusal says which.
+        info = await self._call(calls.create("python3", None, timeout, options))
+        self._names[name] = info.id
+        return info.to_dict() | {"name": name}
+
+    async def execute(
+        self, name: str, code: str, language: str, timeout: float | None
+    ) -> ExecutionResult:
+        if self._id(check_name(name)) is None:
+            await self.create(name, {}, None)
+        return await self._call(calls.execute(self._known(name), code, language, timeout, None))
+
+    async def infos(self) -> list[dict[str, Any]]:
+        names = {session_id: name for name, session_id in self._names.items()}
+        listed = await self._call(calls.raw("GET", "/sessions", lambda r: r.json()["sessions"]))
+        return [s | ({"name": names[s["id"]]} if s["id"] in names else {}) for s in listed]
+
+    async def restart(self, name: str) -> None:
+        await self._call(calls.restart(self._known(name)))
+
+    async def interrupt(self, name: str) -> None:
+        await self._call(calls.interrupt(self._known(name)))
+
+    async def files(self, name: str) -> dict[str, Any]:
+        session_id = self._known(name)
+        listed = await self._call(calls.raw("GET", f"/sessions/{session_id}/files", _json))
+        return {"server": self.client.url, "session": session_id, **listed}
+
+    async def read(
+        self, name: str, path: str, limit: int, *, whole: bool = False
+    ) -> tuple[bytes, int]:
+        if not path or path.startswith("/") or "\\" in path or "\0" in path:
+            raise FileRefused(f"{path[:200]!r} is not a path relative to the work dir")
+        session_id = self._known(name)
+        try:
+            return await self.client._read_head(calls.download(session_id, path), limit, whole)
+        except ServerError as exc:
+            if exc.status == 404 and exc.code == "session_not_found":
+                raise SessionError(str(exc)) from None
+            if exc.status in (400, 403, 404, 409):
+                raise FileRefused(f"no file {path[:200]!r} in the work dir: {exc}") from None
+            raise SessionError(str(exc)) from None
+
+    async def notebook(self, name: str) -> tuple[bytes | None, str]:
+        notebook = await self._call(calls.notebook(self._known(name)))
+        body = json.dumps(notebook, indent=1).encode() if notebook.get("cells") else None
+        return body, "transcript.ipynb"
+
+    async def where(self, name: str, path: str) -> str:
+        session_id = self._known(name)
+        clean = str(PurePosixPath(path))
+        return f"download {self.client.url}/sessions/{session_id}/files/{clean}"
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def _call(self, call: Call[T]) -> T:
+        try:
+            return await self.client._send(call)
+        except ServerError as exc:
+            raise SessionError(str(exc)) from None
+
+
+def _json(response: Any) -> Any:
+    return response.json()
