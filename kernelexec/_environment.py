@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from ._exceptions import ConfigurationError
 
@@ -16,6 +17,8 @@ __all__ = [
     "preload",
     "remote_env",
     "server_token",
+    "venv_cache_dir",
+    "zygote_enabled",
 ]
 
 # Names that carry credentials by convention. A kernel runs code an LLM wrote,
@@ -70,6 +73,19 @@ def server_token() -> str | None:
     return os.environ.get("KERNELEXEC_TOKEN") or None
 
 
+def venv_cache_dir() -> Path:
+    """Where environments made for ``packages=`` live: ``KERNELEXEC_VENV_DIR``.
+
+    Default ``$XDG_CACHE_HOME/kernelexec/venvs``, and ``~/.cache/kernelexec/venvs``
+    without XDG_CACHE_HOME: a cache, which anyone may delete to free the space.
+    """
+    chosen = os.environ.get("KERNELEXEC_VENV_DIR", "").strip()
+    if chosen:
+        return Path(chosen).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME", "").strip() or "~/.cache"
+    return Path(cache).expanduser() / "kernelexec" / "venvs"
+
+
 def keep_dumpable() -> bool:
     """``KERNELEXEC_DUMPABLE=1``: this process stays readable to its own uid.
 
@@ -96,3 +112,14 @@ def pool_size() -> int:
 def preload() -> str | None:
     """``KERNELEXEC_PRELOAD``: code every new kernel of a server runs first."""
     return os.environ.get("KERNELEXEC_PRELOAD") or None
+
+
+def zygote_enabled(wanted: bool | None = None) -> bool:
+    """Whether local kernels fork from a zygote: ``wanted`` if given, else ``KERNELEXEC_ZYGOTE``.
+
+    On unless ``KERNELEXEC_ZYGOTE`` is 0, false, no or off.
+    """
+    if wanted is not None:
+        return wanted
+    value = os.environ.get("KERNELEXEC_ZYGOTE", "").strip().lower()
+    return value not in ("0", "false", "no", "off")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -17,6 +18,7 @@ from ._backends import LocalBackend
 from ._environment import kernel_env
 from ._exceptions import ConfigurationError, KernelStartError
 from ._models import Limits
+from ._venv import EnvRequest, check_packages, ensure_env
 
 __all__ = ["KernelConfig", "KernelPool"]
 
@@ -30,7 +32,9 @@ class KernelConfig:
     Two kernels of one configuration are interchangeable before their first
     execution, so a session of a pool's configuration can take the pool's.
     Of ``limits`` only the byte caps reach the kernel (``Limits.kernel_env``);
-    the rest apply in this process, so they may differ.
+    the rest apply in this process, so they may differ. ``packages``,
+    ``python_version`` and ``venv`` ask for an environment made for the
+    kernel (``_venv``); ``packages`` None asks for none.
     """
 
     kernel_name: str = "python3"
@@ -38,6 +42,9 @@ class KernelConfig:
     env: tuple[tuple[str, str], ...] = ()  # the caller's variables, sorted
     preload: str | None = None
     limits: Limits = field(default_factory=Limits)
+    packages: tuple[str, ...] | None = None
+    python_version: str | None = None
+    venv: str | None = None  # an absolute path
 
     @classmethod
     def of(
@@ -48,20 +55,53 @@ class KernelConfig:
         env: Mapping[str, str] | None = None,
         preload: str | None = None,
         limits: Limits | None = None,
+        packages: Sequence[str] | None = None,
+        python_version: str | None = None,
+        venv: str | Path | None = None,
         base: KernelConfig | None = None,
     ) -> KernelConfig:
         """The settings given; each one left None is ``base``'s (a pool's), or the default.
 
-        ``preload=""`` asks for no preload even when ``base`` has one.
+        ``preload=""`` asks for no preload even when ``base`` has one. ``python``
+        and ``python_version`` are one choice: giving either drops ``base``'s other.
+
+        Raises:
+            ConfigurationError: a package looks like an option, ``venv`` is not a path.
         """
         base = base or cls()
-        return cls(
+        interpreter_given = python is not None or python_version is not None
+        config = cls(
             base.kernel_name if kernel_name is None else kernel_name,
-            base.python if python is None else python,
+            python if interpreter_given else base.python,
             base.env if env is None else tuple(sorted(env.items())),
             base.preload if preload is None else preload or None,
             base.limits if limits is None else limits,
+            base.packages if packages is None else check_packages(packages),
+            python_version if interpreter_given else base.python_version,
+            base.venv if venv is None else _absolute(venv),
         )
+        config.env_request()  # a malformed request fails here, at construction
+        return config
+
+    def env_request(self) -> EnvRequest | None:
+        """The environment to make for the kernel; None when it runs in ``python`` as is.
+
+        Raises:
+            ConfigurationError: the request cannot work (python and python_version
+                both, a version that is not "3.x", another kernel_name).
+        """
+        request = EnvRequest.of(
+            packages=self.packages,
+            python=self.python,
+            python_version=self.python_version,
+            venv=self.venv,
+        )
+        if request is not None and self.kernel_name != "python3":
+            raise ConfigurationError(
+                f"packages=, python_version= and venv= make an environment for kernelexec's "
+                f"Python kernel, not for kernel_name={self.kernel_name!r}; leave one out"
+            )
+        return request
 
     def kernel_env(self) -> dict[str, str]:
         """The variables the kernel gets on top of the filtered environment."""
@@ -80,6 +120,9 @@ class KernelConfig:
                 ("kernel_name", self.kernel_name, other.kernel_name),
                 ("python", self.python, other.python),
                 ("preload", self.preload, other.preload),
+                ("packages", self.packages, other.packages),
+                ("python_version", self.python_version, other.python_version),
+                ("venv", self.venv, other.venv),
             )
             if mine != theirs
         ]
@@ -98,10 +141,18 @@ def _changed(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
     return sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
 
 
-def _shown(value: str | None) -> str:
+def _shown(value: str | tuple[str, ...] | None) -> str:
     if value is None:
         return "None"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(_shown, value)) + "]"
     return repr(value if len(value) <= 60 else value[:57] + "...")
+
+
+def _absolute(venv: str | Path) -> str:
+    if not isinstance(venv, (str, os.PathLike)):
+        raise ConfigurationError(f"venv= takes a path, not {type(venv).__name__}")
+    return str(Path(venv).expanduser().absolute())
 
 
 class KernelPool:
@@ -120,9 +171,12 @@ class KernelPool:
 
     Args:
         size: how many ready kernels to keep.
-        kernel_name, python, env, preload, limits: the configuration, as
-            for ``AsyncSession``; the sessions given this pool take it.
+        kernel_name, python, env, preload, limits, packages, python_version,
+            venv: the configuration, as for ``AsyncSession``; the sessions
+            given this pool take it. An environment asked for is made (or
+            found made) once, before the first kernel starts.
         startup_timeout: seconds a new kernel (and its preload) may take.
+        zygote: fork the pool's kernels from a zygote, as for ``AsyncSession``.
         refill_delay: seconds between taking a kernel and starting its
             replacement, so a kernel's boot (a CPU-second of imports) does not
             slow the session that was just handed one.
@@ -140,15 +194,30 @@ class KernelPool:
         env: Mapping[str, str] | None = None,
         preload: str | None = None,
         limits: Limits | None = None,
+        packages: Sequence[str] | None = None,
+        python_version: str | None = None,
+        venv: str | Path | None = None,
         startup_timeout: float = 60.0,
         refill_delay: float = 1.0,
+        zygote: bool | None = None,
     ) -> None:
         if size < 1:
             raise ConfigurationError("KernelPool size must be at least 1")
         self.size = size
+        self._zygote = zygote
         self.config = KernelConfig.of(
-            kernel_name=kernel_name, python=python, env=env, preload=preload, limits=limits
+            kernel_name=kernel_name,
+            python=python,
+            env=env,
+            preload=preload,
+            limits=limits,
+            packages=packages,
+            python_version=python_version,
+            venv=venv,
         )
+        self._env_request = self.config.env_request()
+        self._env_python: str | None = None
+        self._env_lock = asyncio.Lock()
         self.startup_timeout = startup_timeout
         self.refill_delay = refill_delay
         self.last_error: str | None = None
@@ -253,11 +322,19 @@ class KernelPool:
         if self._home is None:
             # Where waiting kernels sit until a session moves them to its work dir.
             self._home = Path(tempfile.mkdtemp(prefix="kernelexec-pool-"))
+        try:
+            python = await self._python()
+        except ConfigurationError as exc:  # the environment could not be made
+            self.last_error = str(exc)
+            log.warning("kernelexec: the kernel pool stopped filling: %s", exc)
+            self._changed.set()
+            return
         backend = LocalBackend(
             kernel_name=self.config.kernel_name,
-            python=self.config.python,
+            python=python,
             startup_timeout=self.startup_timeout,
             preload=self.config.preload,
+            zygote=self._zygote,
         )
         try:
             await backend.start(cwd=self._home, env=self._env)
@@ -275,3 +352,12 @@ class KernelPool:
                 self._ready.append(backend)
         finally:
             self._changed.set()
+
+    async def _python(self) -> str | None:
+        """The kernels' interpreter: the environment's, made once for every kernel."""
+        if self._env_request is None:
+            return self.config.python
+        async with self._env_lock:
+            if self._env_python is None:
+                self._env_python = await ensure_env(self._env_request)
+        return self._env_python

@@ -29,6 +29,7 @@ from ._reducer import ExecutionReducer
 from ._replay import ReplayReport, read_code_cells, replay_into
 from ._run import Outcome, run_code
 from ._transcript import Transcript, code_cell, note_cell
+from ._venv import ensure_env
 
 __all__ = ["AsyncSession"]
 
@@ -46,6 +47,8 @@ class AsyncSession:
             None makes a temp dir that is kept after close.
         kernel_name: an installed kernelspec; default "python3", the IPython kernel.
         python: a Python (say a venv's) to host the kernel; it needs ipykernel.
+            With ``packages``, ``venv`` or ``python_version``: the Python to
+            make the environment with.
         env: variables for the kernel, on top of this process's environment
             with credential-like names (TOKEN, SECRET, API_KEY, ...) removed.
         timeout: default seconds per execution; on expiry the kernel is interrupted.
@@ -64,10 +67,29 @@ class AsyncSession:
             pool's. Given ones that the pool's kernels do not have (another
             preload, say) make the session start its own kernel, cold, and
             warn (``UserWarning``) naming the difference.
+        packages: requirements (``["rich", "pandas>=2"]``) to install, with
+            ipykernel, in a virtual environment made for the kernel (with uv
+            when it is on PATH, else venv and pip) when the session starts.
+            Without ``venv``, the environment is cached by its inputs in
+            ``KERNELEXEC_VENV_DIR`` (default ``~/.cache/kernelexec/venvs``),
+            so a session with the same inputs reuses it at once.
+        python_version: "3.12": make the environment with that Python
+            (``python3.12`` on PATH, or one uv has installed).
+        venv: the environment's path: made there if absent, used (and the
+            packages installed into it) if it is a venv.
+        zygote: fork the local kernel from a zygote that has imported
+            ipykernel and the preload's modules once (milliseconds and a few
+            MB instead of a cold boot; Linux). None: on unless
+            ``KERNELEXEC_ZYGOTE=0``. A configuration's first kernel starts
+            cold while its zygote starts in the background.
 
     Raises:
         ConfigurationError: a setting is unusable (a timeout that is not
-            positive, a work dir that cannot be made, both ``backend`` and ``pool``).
+            positive, a work dir that cannot be made, both ``backend`` and
+            ``pool``, a package that looks like an installer option). Raised
+            by ``start`` (or the first execution): no such ``python_version``.
+        EnvironmentBuildError: raised by ``start``: a package could not be
+            installed; the message has the installer's output.
     """
 
     def __init__(
@@ -86,6 +108,10 @@ class AsyncSession:
         backend: KernelBackend | None = None,
         preload: str | None = None,
         pool: KernelPool | None = None,
+        packages: Sequence[str] | None = None,
+        python_version: str | None = None,
+        venv: str | Path | None = None,
+        zygote: bool | None = None,
     ) -> None:
         if not timeout > 0 or not interrupt_grace > 0:
             raise ConfigurationError("timeout and interrupt_grace must be positive seconds")
@@ -101,19 +127,32 @@ class AsyncSession:
             env=env,
             preload=preload,
             limits=limits,
+            packages=packages,
+            python_version=python_version,
+            venv=venv,
             base=pool.config if pool is not None else None,
         )
+        self._env_request = config.env_request()
+        if backend is not None and self._env_request is not None:
+            raise ConfigurationError(
+                "packages=, python_version= and venv= make an environment for a local kernel; "
+                "for a Docker kernel give DockerBackend(packages=...) instead"
+            )
         self.work_dir = _prepare_work_dir(work_dir)
         self.notebook_path = self.work_dir / notebook
         self.timeout = timeout
         self.limits = config.limits
         self.interrupt_grace = interrupt_grace
         self.auto_restart = auto_restart
+        self._config = config
+        self._zygote = zygote
+        self._startup_timeout = startup_timeout
         self._backend: KernelBackend = backend or LocalBackend(
             kernel_name=config.kernel_name,
             python=config.python,
             startup_timeout=startup_timeout,
             preload=config.preload,
+            zygote=zygote,
         )
         # The kernel cuts outputs to the byte caps before sending them.
         self._env = kernel_env(config.kernel_env())
@@ -502,8 +541,25 @@ class AsyncSession:
             if taken is not None:
                 self._backend = taken
             else:
+                await self._make_environment()
                 await self._backend.start(cwd=self.work_dir, env=self._env)
             self._kernel_up = True
+
+    async def _make_environment(self) -> None:
+        """Makes (or finds made) the environment asked for, and a kernel to run in it."""
+        if self._env_request is None:
+            return
+        # In a thread: a build takes seconds to minutes, and other sessions run meanwhile.
+        python = await ensure_env(self._env_request)
+        self._check_open()  # closed while the environment was being made
+        self._env_request = None  # only once made: a failed build is tried again
+        self._backend = LocalBackend(
+            kernel_name=self._config.kernel_name,
+            python=python,
+            startup_timeout=self._startup_timeout,
+            preload=self._config.preload,
+            zygote=self._zygote,
+        )
 
     async def _revive_if_dead(self) -> str | None:
         """Restarts a kernel that died between executions; says so, or None."""

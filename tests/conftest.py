@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kernelexec import AsyncSession
+from kernelexec import AsyncSession, Session
 
 DATA = Path(__file__).parent / "data"
 # Seconds within which "at once" must happen: far below the 30 s and more
@@ -37,6 +38,44 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 async def session(tmp_path: Path) -> AsyncIterator[AsyncSession]:
     async with AsyncSession(tmp_path / "work", timeout=30) as s:
         yield s
+
+
+_WARMED: set[str] = set()
+
+
+def warm_zygote(preload: str | None = None, *, again: bool = False, within: float = 90.0) -> None:
+    """Returns once a new session (of the default configuration, or this preload) is forked.
+
+    A configuration's first kernel starts the usual way while its zygote
+    starts; tests of forked kernels need the zygote ready first.
+    """
+    key = preload or ""
+    if key in _WARMED and not again:
+        return
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with Session(preload=preload) as session:
+            if session._async._backend.forked:  # type: ignore[attr-defined]
+                _WARMED.add(key)
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"no session was forked from a zygote within {within:g} s")
+
+
+@pytest.fixture(params=["forked", "spawned"])
+def kernel_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test with kernels forked from a zygote, then with kernels spawned as before.
+
+    Modules whose every test must hold for both say
+    ``pytestmark = pytest.mark.usefixtures("kernel_start")``. A server the
+    test starts inherits the choice through ``KERNELEXEC_ZYGOTE``.
+    """
+    if request.param == "spawned":
+        monkeypatch.setenv("KERNELEXEC_ZYGOTE", "0")
+    else:
+        monkeypatch.setenv("KERNELEXEC_ZYGOTE", "1")
+        warm_zygote()
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,9 @@ from kernelexec import AsyncSession, DockerBackend, ExecutionResult, Limits
 from kernelexec._backends import KernelBackend
 from kernelexec._workdir import remove_tree
 
+# Every test here holds for kernels forked from a zygote and for spawned ones.
+pytestmark = pytest.mark.usefixtures("kernel_start")
+
 SECRET = "HOST SECRET 7f3a"
 # A 1x1 PNG, as a kernel's display bundle carries it.
 PNG = (

@@ -25,6 +25,9 @@ from conftest import SOON, process_gone
 
 from kernelexec import AsyncSession
 
+# Every test here holds for kernels forked from a zygote and for spawned ones.
+pytestmark = pytest.mark.usefixtures("kernel_start")
+
 # Each descendant appends its pid to argv[1]; the loop keeps forking children
 # that each start a session of their own, until 300 or it is stopped.
 DAEMON = """

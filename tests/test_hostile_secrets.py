@@ -35,6 +35,9 @@ from servers import docker_image
 import kernelexec
 from kernelexec import AsyncSession, DockerBackend, GatewayBackend
 
+# Every test here holds for kernels forked from a zygote and for spawned ones.
+pytestmark = pytest.mark.usefixtures("kernel_start")
+
 NOBODY = 65534
 # Run inside the kernel. The marker is split so that this code, which the
 # owner process holds too, does not count as a find.

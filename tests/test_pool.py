@@ -18,6 +18,9 @@ from kernelexec import (
     LocalBackend,
 )
 
+# Every test here holds for kernels forked from a zygote and for spawned ones.
+pytestmark = pytest.mark.usefixtures("kernel_start")
+
 # The preload records where the kernel started: a pooled kernel started in the
 # pool's own dir, a cold one in its session's work dir.
 PRELOAD = "import json, statistics, os as _os\n_born_in = _os.getcwd()"

@@ -15,12 +15,18 @@ import pytest
 from _serverproc import TOKEN, ServerProcess, raw_request
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+# Every test here holds for a server whose kernels are forked from a zygote
+# and for one whose kernels are spawned.
+@pytest.fixture(scope="module", params=["forked", "spawned"])
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("server")
-    proc = ServerProcess(
-        root / "work", "--max-sessions", "6", "--max-body-mb", "1", "--max-timeout", "120"
-    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KERNELEXEC_ZYGOTE", "1" if request.param == "forked" else "0")
+        proc = ServerProcess(
+            root / "work", "--max-sessions", "6", "--max-body-mb", "1", "--max-timeout", "120"
+        )
     yield proc
     assert proc.stop() == 0
 

@@ -22,6 +22,9 @@ from kernelexec import (
     SessionClosedError,
 )
 
+# Every test here holds for kernels forked from a zygote and for spawned ones.
+pytestmark = pytest.mark.usefixtures("kernel_start")
+
 SVG = (
     '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4">'
     '<rect width="4" height="4"/></svg>'

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import zmq.asyncio
+from jupyter_client.connect import write_connection_file
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.session import Session
 
 from .._exceptions import KernelStartError
 from .._kernel import BOOT_SCRIPT, NO_IPYKERNEL
@@ -26,6 +28,7 @@ from .._secrecy import protect_process
 from ._base import KernelMessage
 from ._ready import await_kernel_info
 from ._zmq import KernelSockets
+from ._zygote import ForkedKernel, Zygote, ZygoteGone, zygote_for
 
 __all__ = ["LocalBackend"]
 
@@ -95,6 +98,10 @@ class LocalBackend:
         preload: code run silently in every new kernel (restarts included)
             before it counts as started, e.g. ``import numpy, pandas``; if it
             fails, starting fails with its error.
+        zygote: fork kernels from a zygote that has imported ipykernel and the
+            preload's modules once (Linux, kernelexec's own boot script only);
+            None: unless ``KERNELEXEC_ZYGOTE=0``. A configuration's first
+            kernel starts the usual way while its zygote starts.
     """
 
     def __init__(
@@ -104,16 +111,21 @@ class LocalBackend:
         python: str | None = None,
         startup_timeout: float = 60.0,
         preload: str | None = None,
+        zygote: bool | None = None,
     ) -> None:
         self.kernel_name = kernel_name
         self.python = python
         self.startup_timeout = startup_timeout
         self.preload = preload
+        self.zygote = zygote
+        self.forked = False  # the running kernel came from a zygote
         self._km: AsyncKernelManager | None = None
+        self._info: dict[str, Any] | None = None  # a forked kernel's connection info
         self._channels: KernelSockets | None = None
         self._stderr: IO[bytes] | None = None
         self._pgid: int | None = None
-        self._process: subprocess.Popen[bytes] | None = None  # boot's: the kernel's supervisor
+        # boot's process, the kernel's supervisor
+        self._process: subprocess.Popen[bytes] | ForkedKernel | None = None
         self._returncode: int | None = None
         self._cwd = Path.cwd()
         self._env: dict[str, str] = {}
@@ -132,12 +144,26 @@ class LocalBackend:
                     raise
 
     async def _start_once(self, cwd: Path, env: dict[str, str]) -> None:
-        if self._km is not None or self._ipc_dir is not None or self._stderr is not None:
+        if (
+            self._km is not None
+            or self._process is not None
+            or self._ipc_dir is not None
+            or self._stderr is not None
+        ):
             # A kernel that died and was not shut down (auto_restart=False):
             # its sockets, stderr file and IPC dir would leak otherwise.
             await self.shutdown(now=True)
         protect_process()  # before the first kernel can look at this process
         self._cwd, self._env = cwd, env
+        zygote = self._zygote(env)
+        if zygote is not None:
+            try:
+                await self._fork_from(zygote, cwd, env)
+            except ZygoteGone:
+                await self.shutdown(now=True)  # and start the usual way
+            else:
+                await self._started()
+                return
         km = self._manager()
         self._stderr = tempfile.TemporaryFile()
         self._returncode = None
@@ -157,10 +183,14 @@ class LocalBackend:
                 ) from exc
             raise KernelStartError(f"could not launch the kernel: {exc}") from exc
         self._km = km
+        self.forked = False
         self._pgid = getattr(km.provisioner, "pgid", None)
         self._process = getattr(km.provisioner, "process", None)
         _LIVE.add(self)
         self._channels = KernelSockets(km.get_connection_info(), km.session, _context())
+        await self._started()
+
+    async def _started(self) -> None:
         try:
             await self._wait_ready()
             if self.preload:
@@ -200,8 +230,14 @@ class LocalBackend:
         self._channels.send("stdin", "input_reply", {"value": value})
 
     async def interrupt(self) -> None:
-        if self._km is not None and await self.is_alive():
+        if not await self.is_alive():
+            return
+        if self._km is not None:
             await self._km.interrupt_kernel()
+        elif self._pgid is not None:
+            # As jupyter_client does for interrupt_mode "signal": the whole group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._pgid, signal.SIGINT)
 
     async def restart(self) -> None:
         await self.shutdown(now=True)
@@ -210,7 +246,13 @@ class LocalBackend:
     async def shutdown(self, *, now: bool = False) -> None:
         km, channels = self._km, self._channels
         self._km, self._channels = None, None
-        if channels is not None:
+        if isinstance(self._process, ForkedKernel):
+            if not now and channels is not None:
+                await self._ask_forked_to_stop(channels)
+            if channels is not None:
+                channels.close()
+            await asyncio.to_thread(self._end_tree)
+        elif channels is not None:
             channels.close()
         if km is not None:
             if not now:
@@ -231,10 +273,9 @@ class LocalBackend:
             self._stderr = None
 
     async def is_alive(self) -> bool:
-        km = self._km
-        if km is None:
+        if self._km is None and self._info is None:
             return False
-        process = getattr(km.provisioner, "process", None)
+        process = self._process
         if process is None:
             return False
         code = process.poll()
@@ -250,15 +291,65 @@ class LocalBackend:
 
     def connection_info(self) -> dict[str, Any] | None:
         """What another client (JupyterLab, jupyter console) needs to reach this kernel."""
-        if self._km is None:
+        if self._info is not None:
+            info: dict[str, Any] = dict(self._info)
+        elif self._km is not None:
+            info = dict(self._km.get_connection_info(session=False))
+        else:
             return None
-        info: dict[str, Any] = dict(self._km.get_connection_info(session=False))
         key = info.get("key")
         if isinstance(key, bytes):
             info["key"] = key.decode("ascii")
         return info
 
     # -- internals
+
+    def _zygote(self, env: dict[str, str]) -> Zygote | None:
+        if self.python is None and self.kernel_name != "python3":
+            return None  # another kernelspec: launched as it says
+        return zygote_for(self.python or sys.executable, env, self.preload, self.zygote)
+
+    async def _fork_from(self, zygote: Zygote, cwd: Path, env: dict[str, str]) -> None:
+        """Starts the kernel as a fork of ``zygote``, on a connection of our making."""
+        self._ipc_dir = Path(tempfile.mkdtemp(prefix="kernelexec-ipc-"))
+        self._stderr = tempfile.TemporaryFile()
+        self._returncode = None
+        key = os.urandom(32).hex()
+        path, info = write_connection_file(
+            str(self._ipc_dir / "kernel.json"),
+            transport="ipc",
+            ip=str(self._ipc_dir / "kernel"),
+            key=key.encode("ascii"),
+            signature_scheme="hmac-sha256",
+            kernel_name="kernelexec-python",
+        )
+        os.chmod(path, 0o600)
+        kernel = await zygote.fork(
+            connection_file=path, cwd=cwd, env={**env, "PWD": str(cwd)}, stderr=self._stderr
+        )
+        self._process, self._pgid, self.forked = kernel, kernel.pid, True
+        self._info = {**info, "key": key}
+        _LIVE.add(self)
+        session = Session(key=key.encode("ascii"), signature_scheme="hmac-sha256")
+        self._channels = KernelSockets(self._info, session, _context())
+
+    async def _ask_forked_to_stop(self, channels: KernelSockets) -> None:
+        # What jupyter_client's request_shutdown does: a shutdown_request on control.
+        process, info = self._process, self._info
+        if process is None or info is None or process.poll() is not None:
+            return
+        sock: zmq.Socket[bytes] = zmq.Socket(_context(), zmq.DEALER)
+        try:
+            sock.linger = 0
+            sock.connect(f"ipc://{info['ip']}-{info['control_port']}")
+            channels.session.send(sock, "shutdown_request", {"restart": False})
+            deadline = time.monotonic() + _SHUTDOWN_WAIT
+            while process.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        except zmq.ZMQError:
+            pass
+        finally:
+            sock.close()
 
     def _manager(self) -> AsyncKernelManager:
         if self.python is None and self.kernel_name != "python3":
@@ -382,13 +473,19 @@ class LocalBackend:
     def _kill_group(self) -> None:
         _LIVE.discard(self)
         self._end_tree()  # first: the group kill takes the supervisor, which holds the rest
-        self._process = None
+        process, self._process, self._info = self._process, None, None
+        if isinstance(process, ForkedKernel) and process.poll() is None:
+            # Its own group may not exist yet (a fork that has not run setsid).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(process.pid, signal.SIGKILL)
         if self._pgid is not None:
             try:
                 os.killpg(self._pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             self._pgid = None
+        if isinstance(process, ForkedKernel):
+            process.release()  # after the kill: until released, its pid is not reused
         self._remove_ipc_dir()
 
     def _remove_ipc_dir(self) -> None:

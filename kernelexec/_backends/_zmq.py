@@ -49,6 +49,7 @@ _DELIM = DELIM.encode() if isinstance(DELIM, str) else DELIM
 _HANDSHAKE = int(
     zmq.EVENT_HANDSHAKE_SUCCEEDED if zmq.zmq_version_info() >= (4, 3) else zmq.EVENT_CONNECTED
 )
+_RECONNECT_MS = 5
 _MONITORS = itertools.count()  # each monitor's inproc address must be unique in the context
 
 
@@ -76,6 +77,10 @@ class KernelSockets:
             sock: zmq.Socket[bytes] = zmq.Socket(context, kind)
             sock.linger = 1000
             sock.rcvhwm = _RECEIVE_QUEUE  # a context's defaults reach only context.socket()
+            # Connected before the kernel has bound its end, a socket tries
+            # again every reconnect_ivl: 100 ms by default, most of a forked
+            # kernel's start. Over Unix sockets or loopback a try costs little.
+            sock.reconnect_ivl = _RECONNECT_MS
             if kind == zmq.SUB:
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
             else:

@@ -11,6 +11,7 @@ can create session folders. A failure raises ConfigurationError, which
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from pathlib import Path
@@ -19,7 +20,14 @@ from .._exceptions import ConfigurationError
 from .._server._config import is_loopback
 from .._server._token import check_token, generate_token
 
-__all__ = ["DEFAULT_PORTS", "resolve_token", "url", "usable_work_root"]
+__all__ = [
+    "DEFAULT_PORTS",
+    "add_zygote_option",
+    "apply_zygote_option",
+    "resolve_token",
+    "url",
+    "usable_work_root",
+]
 
 # Distinct from one another and from JupyterLab's 8888 (and the 8889... it
 # moves to when 8888 is taken), so that any two of them can run side by side.
@@ -91,3 +99,20 @@ def url(host: str, port: int, path: str = "") -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{port}{path}"
+
+
+def add_zygote_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-zygote``, for the commands whose sessions run local kernels."""
+    parser.add_argument(
+        "--no-zygote",
+        action="store_true",
+        help="start every local kernel cold instead of forking it from a zygote "
+        "(as KERNELEXEC_ZYGOTE=0 does)",
+    )
+
+
+def apply_zygote_option(args: argparse.Namespace) -> None:
+    # The variable is what every local kernel start reads (kernelexec._environment);
+    # a kernel never sees it (KERNELEXEC_* is kept from kernels).
+    if args.no_zygote:
+        os.environ["KERNELEXEC_ZYGOTE"] = "0"

@@ -9,7 +9,16 @@ from typing import Any
 
 from .._environment import server_token
 from .._exceptions import ConfigurationError
-from ._startup import DEFAULT_PORTS, resolve_token, url, usable_work_root
+from .._server._token import check_token
+from ._startup import (
+    DEFAULT_PORTS,
+    add_zygote_option,
+    apply_zygote_option,
+    resolve_token,
+    url,
+    usable_work_root,
+)
+from .serve import add_policy_options, policy_from
 
 __all__ = ["add_command"]
 
@@ -23,11 +32,20 @@ def add_command(commands: Any) -> None:
         help="serve sessions to MCP clients (stdio, or --http)",
         description="Serves stateful code execution to an MCP client: over stdin/stdout "
         "by default (what a client's config launches), or over streamable HTTP on "
-        "127.0.0.1 with --http. Tools: execute_code, list_sessions, restart_session, "
-        "interrupt_session, list_files, read_file, get_notebook. Needs "
-        "'pip install kernelexec[mcp]'.",
+        "127.0.0.1 with --http. Tools: execute_code, create_session, list_sessions, "
+        "restart_session, interrupt_session, list_files, read_file, get_notebook. Its "
+        "sessions are its own, or with --server those of a running `kernelexec serve`, "
+        "shared with its HTTP clients. Needs 'pip install kernelexec[mcp]'.",
         epilog="example:\n"
-        "  kernelexec mcp --work-root runs        # the command an MCP client's config runs\n",
+        "  kernelexec mcp --work-root runs        # the command an MCP client's config runs\n"
+        "  KERNELEXEC_TOKEN=... kernelexec mcp --server http://127.0.0.1:8765\n",
+    )
+    mcp.add_argument(
+        "--server",
+        metavar="URL",
+        help="serve the sessions of the `kernelexec serve` at URL instead of its own; "
+        "--token (or $KERNELEXEC_TOKEN) is that server's token, and with --http the one "
+        "MCP clients send too. The server's flags decide which session options are allowed",
     )
     mcp.add_argument(
         "--http",
@@ -44,8 +62,8 @@ def add_command(commands: Any) -> None:
     mcp.add_argument(
         "--token",
         default=server_token(),
-        help="with --http: the bearer token clients must send (default: $KERNELEXEC_TOKEN, "
-        "else a new one, printed)",
+        help="with --http: the bearer token clients must send; with --server: the server's "
+        "token (default: $KERNELEXEC_TOKEN, else with --http a new one, printed)",
     )
     mcp.add_argument(
         "--work-root",
@@ -70,10 +88,13 @@ def add_command(commands: Any) -> None:
         default=32.0,
         help="the largest file a client may read whole, as a resource (default 32 MB)",
     )
+    add_policy_options(mcp)
+    add_zygote_option(mcp)
     mcp.set_defaults(handler=_mcp)
 
 
 def _mcp(args: argparse.Namespace) -> int:
+    apply_zygote_option(args)
     try:
         from .._mcp import McpConfig, build_server
     except ImportError as exc:
@@ -95,12 +116,35 @@ def _mcp(args: argparse.Namespace) -> int:
         )
         return 2
     port, token, generated = 0, "", False
+    if args.server:
+        token = _check_server(args.server, args.token)
     if args.http:
         from .._server._serve import check_port
 
         # Every check before anything says "serving" (see _startup).
         port = check_port(args.port)
-        token, generated = resolve_token(args.token, _HOST)
+        if not args.server:
+            token, generated = resolve_token(args.token, _HOST)
+    if args.server:
+        from .._client import AsyncClient
+        from .._mcp._doors import RemoteDoor
+
+        config = McpConfig(
+            work_root=Path("."),  # unused: the server keeps the work dirs
+            timeout=args.timeout,
+            max_timeout=args.max_timeout,
+            max_file_bytes=int(args.max_file_mb * 1024 * 1024),
+        )
+        # No read timeout of its own: executions and starts are bounded by the server.
+        door = RemoteDoor(AsyncClient(args.server, token=token))
+        server = build_server(config, door)
+        where = f"the sessions of {args.server}"
+        if args.http:
+            _serve_http(server, where, port=port, token=token, generated=False)
+            return 0
+        print(f"kernelexec mcp: serving {where}", file=sys.stderr, flush=True)
+        server.run("stdio")
+        return 0
     work_root, temporary = usable_work_root(args.work_root, prefix="kernelexec-mcp-")
     try:
         config = McpConfig(
@@ -110,10 +154,12 @@ def _mcp(args: argparse.Namespace) -> int:
             max_sessions=args.max_sessions,
             kernel_name=args.kernel_name,
             max_file_bytes=int(args.max_file_mb * 1024 * 1024),
+            policy=policy_from(args),
         )
         server = build_server(config)
         if args.http:
-            _serve_http(server, work_root, port=port, token=token, generated=generated)
+            where = f"work root {work_root}"
+            _serve_http(server, where, port=port, token=token, generated=generated)
             return 0
     except ConfigurationError:
         if temporary:
@@ -125,12 +171,59 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_http(server: Any, work_root: Path, *, port: int, token: str, generated: bool) -> None:
+def _check_server(server: str, token: str | None) -> str:
+    """The token for the ``kernelexec serve`` at ``server``, once it has answered with it.
+
+    Raises:
+        ConfigurationError: the URL is not an http(s) one, no token was given,
+            or the server does not answer or refuses the token.
+    """
+    import httpx
+
+    parsed = httpx.URL(server) if server.startswith(("http://", "https://")) else None
+    if parsed is None or not parsed.host:
+        raise ConfigurationError(
+            f"--server {server[:200]!r} is not a server's URL: pass the one `kernelexec serve` "
+            "printed, such as http://127.0.0.1:8765"
+        )
+    if not token:
+        raise ConfigurationError(
+            "--server needs the server's token: set KERNELEXEC_TOKEN (or pass --token)"
+        )
+    check_token(token)
+    try:
+        with httpx.Client(base_url=server.rstrip("/"), trust_env=False, timeout=10) as http:
+            health = http.get("/health")
+            answer = http.get("/sessions", headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as exc:
+        raise ConfigurationError(
+            f"the kernelexec server at {server} does not answer ({type(exc).__name__}: {exc}); "
+            "start `kernelexec serve` there, or pass the URL it printed"
+        ) from None
+    if health.status_code != 200 or answer.status_code == 404:
+        raise ConfigurationError(
+            f"{server} is not a kernelexec server (GET /health: HTTP {health.status_code}); "
+            "pass the URL `kernelexec serve` printed"
+        )
+    if answer.status_code == 401:
+        raise ConfigurationError(
+            f"the kernelexec server at {server} refused the token: pass the one it printed "
+            "(KERNELEXEC_TOKEN or --token)"
+        )
+    if answer.status_code != 200:
+        raise ConfigurationError(
+            f"the kernelexec server at {server} answered GET /sessions with HTTP "
+            f"{answer.status_code}; check its log"
+        )
+    return token
+
+
+def _serve_http(server: Any, where: str, *, port: int, token: str, generated: bool) -> None:
     from .._mcp._http import PATH, serve_http
 
     def listening(port: int) -> None:
         print(
-            f"kernelexec mcp: serving {url(_HOST, port, PATH)} (work root {work_root})",
+            f"kernelexec mcp: serving {url(_HOST, port, PATH)} ({where})",
             file=sys.stderr,
             flush=True,
         )

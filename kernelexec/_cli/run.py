@@ -186,6 +186,9 @@ class _Run:
                 kernel_name=self.args.kernel_name,
                 python=self.args.python,
                 preload=self.args.preload,
+                # One session: a zygote would be started for nobody, and its
+                # imports would compete with this session's for the CPU.
+                zygote=False,
             )
         except KernelexecError as exc:
             print(f"kernelexec: {exc}", file=sys.stderr)

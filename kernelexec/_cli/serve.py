@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
-from .._environment import pool_size, preload, server_token
+from .._environment import pool_size, preload, server_token, venv_cache_dir
 from .._exceptions import ConfigurationError
-from ._startup import DEFAULT_PORTS, resolve_token, url, usable_work_root
+from ._startup import (
+    DEFAULT_PORTS,
+    add_zygote_option,
+    apply_zygote_option,
+    resolve_token,
+    url,
+    usable_work_root,
+)
 
-__all__ = ["add_command"]
+__all__ = ["add_command", "add_policy_options", "policy_from"]
 
 
 def add_command(commands: Any) -> None:
@@ -82,11 +90,119 @@ def add_command(commands: Any) -> None:
         help="code each kernel runs before its first execution, e.g. 'import pandas' "
         "(default $KERNELEXEC_PRELOAD)",
     )
+    add_policy_options(serve)
+    add_zygote_option(serve)
     serve.add_argument("--log-level", default="warning", help="uvicorn's (default warning)")
     serve.set_defaults(handler=_serve)
 
 
+def add_policy_options(parser: argparse.ArgumentParser) -> None:
+    """The operator's flags for the session options clients may ask for (serve and mcp)."""
+    group = parser.add_argument_group(
+        "session options clients may ask for",
+        "By default a client may set preload code and lower output limits only; "
+        "anything that runs another interpreter, installs packages, starts a container "
+        "or reaches another machine needs one of these (else HTTP 403 naming the flag).",
+    )
+    group.add_argument(
+        "--allow-python",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an interpreter sessions may ask for with python= (repeat for more)",
+    )
+    group.add_argument(
+        "--allow-packages",
+        action="store_true",
+        help="sessions may ask for packages=, python_version= and a named venv= "
+        "(the server makes the env with uv or pip)",
+    )
+    group.add_argument(
+        "--venv-root",
+        type=Path,
+        default=None,
+        help="where named venvs are made (default $KERNELEXEC_VENV_DIR/named, "
+        "else ~/.cache/kernelexec/venvs/named)",
+    )
+    group.add_argument(
+        "--allow-docker",
+        action="store_true",
+        help="sessions may ask for docker= (a container, network none, within the caps below)",
+    )
+    group.add_argument(
+        "--docker-image",
+        default=None,
+        help="the image Docker sessions run (default: the one `kernelexec image build` built)",
+    )
+    group.add_argument(
+        "--docker-max-memory",
+        default="2g",
+        help="each container's memory cap, and its default (default 2g)",
+    )
+    group.add_argument(
+        "--docker-max-cpus",
+        type=float,
+        default=2.0,
+        help="each container's CPU cap, and its default (default 2)",
+    )
+    group.add_argument(
+        "--docker-max-pids",
+        type=int,
+        default=512,
+        help="each container's process cap, and its default (default 512)",
+    )
+    group.add_argument(
+        "--allow-docker-network",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Docker network containers may join besides 'none' (repeat for more)",
+    )
+    group.add_argument(
+        "--allow-gateway",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a Jupyter gateway sessions may run on with gateway=URL (repeat for more; "
+        "its token from $KERNELEXEC_GATEWAY_TOKEN)",
+    )
+
+
+def policy_from(args: argparse.Namespace) -> Any:
+    """The ``SessionPolicy`` the flags of ``add_policy_options`` describe.
+
+    Raises:
+        ConfigurationError: a flag's value is unusable (one line, exit 2).
+    """
+    from .._server._options import SessionPolicy
+
+    pythons = []
+    for given in args.allow_python:
+        python = Path(given).expanduser()
+        if not (python.is_absolute() and python.is_file() and os.access(python, os.X_OK)):
+            raise ConfigurationError(
+                f"--allow-python {given}: give the absolute path of an executable interpreter"
+            )
+        pythons.append(python)
+    # Beside the library's cache of environments made by content, never among them.
+    venv_root = args.venv_root or venv_cache_dir() / "named"
+    return SessionPolicy(
+        pythons=tuple(pythons),
+        packages=args.allow_packages,
+        venv_root=venv_root.expanduser().resolve(),
+        docker=args.allow_docker,
+        docker_image=args.docker_image,
+        docker_networks=tuple(args.allow_docker_network),
+        docker_memory=args.docker_max_memory,
+        docker_cpus=args.docker_max_cpus,
+        docker_pids=args.docker_max_pids,
+        gateways=tuple(args.allow_gateway),
+        gateway_token=os.environ.get("KERNELEXEC_GATEWAY_TOKEN") or None,
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
+    apply_zygote_option(args)
     from .._server import ServerConfig, serve
     from .._server._serve import check_port
 
@@ -94,6 +210,7 @@ def _serve(args: argparse.Namespace) -> int:
     # the port before it calls listening(), and fails with one line if it cannot.
     port = check_port(args.port)
     token, generated = resolve_token(args.token, args.host)
+    policy = policy_from(args)
     work_root, temporary = usable_work_root(args.work_root, prefix="kernelexec-serve-")
     try:
         config = ServerConfig(
@@ -108,6 +225,7 @@ def _serve(args: argparse.Namespace) -> int:
             # Read here, not as argparse defaults, so a bad value is a clear error.
             pool_size=pool_size() if args.pool_size is None else args.pool_size,
             preload=preload() if args.preload is None else args.preload,
+            policy=policy,
         )
 
         def listening(port: int) -> None:

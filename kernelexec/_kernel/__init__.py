@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BOOT_DIR", "BOOT_SCRIPT", "NO_IPYKERNEL"]
+__all__ = ["BOOT_DIR", "BOOT_SCRIPT", "NO_IPYKERNEL", "ZYGOTE_SCRIPT"]
 
 BOOT_DIR = Path(__file__).resolve().parent
 BOOT_SCRIPT = BOOT_DIR / "boot.py"
+ZYGOTE_SCRIPT = BOOT_DIR / "zygote.py"
 NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"; boot.py's too

@@ -51,6 +51,11 @@ def main() -> None:
     guard = load("guard")
     # Returns in the kernel's own process; boot's stays behind as its supervisor.
     guard.protect(_connection_file(sys.argv))
+    start_app()
+
+
+def start_app() -> None:
+    """Runs ipykernel's app, tuned, on the connection file in ``sys.argv``."""
     try:
         from ipykernel import kernelapp
     except ImportError:
@@ -66,7 +71,7 @@ def main() -> None:
         "--HistoryManager.hist_file=:memory:",
     ]
     caps = load("caps")
-    app = caps.capped_app(guard.guarded_app(kernelapp.IPKernelApp))
+    app = caps.capped_app(load("guard").guarded_app(kernelapp.IPKernelApp))
     load("exits").kept_app(app).launch_instance()
 
 

@@ -42,6 +42,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 try:
@@ -77,11 +78,14 @@ _END_WITHIN = 10.0  # seconds end_tree keeps at it (a process stuck in the OS)
 _GIVEN_CONNECTION_FILE: str | None = None  # the owner's, removed once read
 
 
-def protect(connection_file: str | None) -> None:
+def protect(connection_file: str | None, owner_alive: Callable[[], bool] | None = None) -> None:
     """Confines this process, then splits off the kernel and guards it.
 
     Returns in the kernel's process; boot's own process stays behind as the
-    supervisor and never returns from here.
+    supervisor and never returns from here. The supervisor ends the tree
+    when ``owner_alive()`` turns False; by default, when this process's
+    parent (the owner) is gone. A kernel forked by a zygote passes a check
+    on the owner itself, the zygote's parent.
     """
     global _GIVEN_CONNECTION_FILE
     drop_capabilities()
@@ -89,7 +93,7 @@ def protect(connection_file: str | None) -> None:
     info = _read_connection(connection_file)
     _GIVEN_CONNECTION_FILE = connection_file if info is not None else None
     if _set_subreaper():
-        _split_off_kernel(connection_file, info)
+        _split_off_kernel(connection_file, info, owner_alive)
     threading.Thread(
         target=_watch_parent, args=(os.getppid(), connection_file, info), daemon=True
     ).start()
@@ -216,7 +220,11 @@ def guarded_app(base: type) -> type:
 # -- the supervisor
 
 
-def _split_off_kernel(connection_file: str | None, info: dict[str, Any] | None) -> None:
+def _split_off_kernel(
+    connection_file: str | None,
+    info: dict[str, Any] | None,
+    owner_alive: Callable[[], bool] | None,
+) -> None:
     """Forks; returns in the child, the kernel-to-be; the parent supervises it until it ends.
 
     The parent is a child subreaper (set before), so every orphan of the
@@ -224,6 +232,8 @@ def _split_off_kernel(connection_file: str | None, info: dict[str, Any] | None) 
     reaches them all.
     """
     owner = os.getppid()
+    if owner_alive is None:
+        owner_alive = lambda: os.getppid() == owner  # noqa: E731
     watched = {signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP}
     # Set before the fork, so no interrupt or SIGTERM can catch the supervisor
     # unprepared; the kernel gets the originals back.
@@ -240,7 +250,7 @@ def _split_off_kernel(connection_file: str | None, info: dict[str, Any] | None) 
         if received is not None and received.si_signo != signal.SIGCHLD:
             end_tree(os.getpid())
             _exit_with(-received.si_signo)
-        if os.getppid() != owner:
+        if not owner_alive():
             _forget_connection(connection_file, info)
             end_tree(os.getpid())
             os._exit(1)
