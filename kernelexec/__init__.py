@@ -9,11 +9,14 @@ with kernelexec.Session() as session:
 # line in /proc/<pid>/cmdline, which everyone can read (see _secrecy).
 from . import _secrecy  # noqa: F401  (isort: keep first)
 from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend
+from ._checkpoint import Checkpoint, CheckpointVariable, RestoreReport, SkippedVariable
 from ._client import AsyncClient, AsyncRemoteSession, Client, RemoteSession
 from ._exceptions import (
     AuthenticationError,
+    CheckpointError,
     ConfigurationError,
     EnvironmentBuildError,
+    IncompatibleCheckpointError,
     KernelexecError,
     KernelStartError,
     ServerError,
@@ -39,6 +42,9 @@ __all__ = [
     "AuthenticationError",
     "BlockResult",
     "CellReplay",
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointVariable",
     "Client",
     "ConfigurationError",
     "DockerBackend",
@@ -47,6 +53,7 @@ __all__ = [
     "ExecutionResult",
     "FileInfo",
     "GatewayBackend",
+    "IncompatibleCheckpointError",
     "KernelBackend",
     "KernelPool",
     "KernelStartError",
@@ -56,12 +63,14 @@ __all__ = [
     "LocalBackend",
     "RemoteSession",
     "ReplayReport",
+    "RestoreReport",
     "ServerError",
     "Session",
     "SessionClosedError",
     "SessionCulledError",
     "SessionInfo",
     "SessionNotFoundError",
+    "SkippedVariable",
     "Status",
     "__version__",
 ]

@@ -6,7 +6,9 @@ These are raised only when kernelexec itself cannot do what was asked::
 
     KernelexecError
     ├── ConfigurationError   an argument or setting cannot work (bad work_dir, ...)
-    │   └── EnvironmentBuildError  the packages asked for could not be installed
+    │   ├── EnvironmentBuildError  the packages asked for could not be installed
+    │   └── CheckpointError        a checkpoint could not be made or read (damaged, missing)
+    │       └── IncompatibleCheckpointError  made by another Python or package versions
     ├── KernelStartError     no kernel could be started (missing ipykernel, bad spec, ...)
     ├── SessionClosedError   the session was used after close()
     └── ServerError          a kernelexec server refused a request or could not be reached
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 __all__ = [
     "AuthenticationError",
+    "CheckpointError",
     "ConfigurationError",
     "EnvironmentBuildError",
+    "IncompatibleCheckpointError",
     "KernelStartError",
     "KernelexecError",
     "ServerError",
@@ -43,6 +47,21 @@ class EnvironmentBuildError(ConfigurationError):
 
     The message ends with the useful tail of the installer's output (pip's, uv's
     or docker build's), which names the package that failed and why.
+    """
+
+
+class CheckpointError(ConfigurationError):
+    """A checkpoint could not be made, or what was given is not a readable checkpoint.
+
+    The message names what is wrong (a missing or damaged manifest or variable
+    file, a kernel without cloudpickle, a checkpoint that did not finish).
+    """
+
+
+class IncompatibleCheckpointError(CheckpointError):
+    """The checkpoint was made by another Python (major.minor) or other package versions.
+
+    Restore it with a kernel whose Python has the versions the message names.
     """
 
 

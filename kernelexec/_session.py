@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -15,11 +17,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from . import _workdir
+from . import _checkpoint, _workdir
 from ._assemble import assemble, full_output_path, refusal
-from ._backends import KernelBackend, LocalBackend
+from ._backends import DockerBackend, KernelBackend, LocalBackend
+from ._checkpoint import Checkpoint, RestoreReport
 from ._environment import kernel_env
-from ._exceptions import ConfigurationError, SessionClosedError
+from ._exceptions import CheckpointError, ConfigurationError, SessionClosedError
 from ._languages import SUPPORTED_LANGUAGES, kernel_source, normalize_language
 from ._live import OutputListener
 from ._markdown import BlockResult, CodeBlock, extract_code_blocks, run_blocks
@@ -173,6 +176,7 @@ class AsyncSession:
         self._closed = False
         self._dead: str | None = None  # why the kernel is down, when auto_restart is off
         self.replay_report: ReplayReport | None = None  # set by from_transcript
+        self.restore_report: RestoreReport | None = None  # set by restore
 
     @classmethod
     async def from_transcript(
@@ -351,14 +355,31 @@ class AsyncSession:
         if self._kernel_up:
             await self._backend.interrupt()
 
-    async def restart(self) -> None:
-        """Replaces the kernel with a fresh one; a running execution is interrupted first."""
+    async def restart(self, *, keep_state: bool = False) -> RestoreReport | None:
+        """Replaces the kernel with a fresh one; a running execution is interrupted first.
+
+        Args:
+            keep_state: carry the variables and imports over (checkpoint,
+                restart, restore), for "pip install, then keep going": a
+                variable whose package changed version, or that cannot be
+                pickled, stays behind and the report says so. If the
+                checkpoint cannot be made, nothing is restarted.
+
+        Returns:
+            With ``keep_state``, what came back and what did not; else None.
+
+        Raises:
+            CheckpointError: ``keep_state`` and the state could not be saved
+                (the kernel is left as it was) or loaded back.
+        """
         self._check_open()
         if self._running:
             await self._backend.interrupt()
         async with self._lock:
             self._dead = None
             await self._await_pending_restart()
+            if keep_state and self._kernel_up and await self._backend.is_alive():
+                return await self._restart_keeping_state()
             if self._kernel_up:
                 await self._backend.restart()
             else:
@@ -367,6 +388,106 @@ class AsyncSession:
                 note_cell(f"*kernelexec: kernel restarted on request; {_STATE_LOST}.*")
             )
             await self._transcript.flush()
+        if keep_state:
+            return RestoreReport(
+                checkpoint="", message="The kernel was not running, so there was no state to keep."
+            )
+        return None
+
+    async def checkpoint(
+        self,
+        path: str | Path | None = None,
+        *,
+        files: bool = True,
+        timeout: float = 300.0,
+        variable_timeout: float = 30.0,
+    ) -> Checkpoint:
+        """Saves the kernel's variables, imports and work-dir files to a directory.
+
+        Waits for a running execution to end. Variables that cannot be
+        carried (sockets, generators, open files, ...) are listed in
+        ``Checkpoint.skipped`` with the reason; the rest are saved.
+
+        Args:
+            path: a new or empty directory; None: ``work_dir/checkpoints/<time>``.
+            files: copy the work dir's files into it (``files/``).
+            timeout: seconds for the whole checkpoint; the kernel is interrupted after.
+            variable_timeout: seconds one variable may take to pickle (a
+                ``__reduce__`` that hangs is stopped and reported).
+
+        Raises:
+            CheckpointError: the checkpoint could not be made (the kernel has
+                no cloudpickle, died or took too long; ``path`` not empty).
+            SessionClosedError: the session was closed.
+        """
+        self._check_open()
+        async with self._lock:
+            await self._ensure_kernel()
+            if not await self._backend.is_alive():
+                raise CheckpointError("the kernel has died; there is no state to checkpoint")
+            return await self._checkpoint_now(path, files, timeout, variable_timeout)
+
+    @classmethod
+    async def restore(
+        cls,
+        checkpoint: Checkpoint | str | Path,
+        work_dir: str | Path | None = None,
+        *,
+        timeout: float = 300.0,
+        variable_timeout: float = 30.0,
+        **options: Any,
+    ) -> AsyncSession:
+        """A new, started session holding a checkpoint's variables, imports and files.
+
+        The files are copied into ``work_dir`` first (replacing files of the
+        same name), then the variables are loaded into the new kernel. The
+        transcript starts with a note naming the checkpoint and what did not
+        come back; ``session.restore_report`` says the same. Execution
+        counts go on from the checkpointed kernel's.
+
+        Args:
+            checkpoint: a ``Checkpoint`` or its directory.
+            work_dir: the new session's work dir; None makes a temp dir.
+            timeout: seconds for loading the variables.
+            variable_timeout: seconds one variable may take to load.
+            **options: as for ``AsyncSession``.
+
+        Raises:
+            IncompatibleCheckpointError: the kernel's Python (major.minor) or
+                the version of a package whose objects the checkpoint holds
+                differs from the checkpoint's; nothing is restored.
+            CheckpointError: the checkpoint is missing, damaged or unreadable.
+        """
+        path = checkpoint.path if isinstance(checkpoint, Checkpoint) else checkpoint
+        saved = Checkpoint.open(path)  # a bad checkpoint fails before any kernel starts
+        session = cls(work_dir, **options)
+        try:
+            copied = await asyncio.to_thread(_checkpoint.copy_files_out, saved, session.work_dir)
+            await session.start()
+            async with session._lock:
+                report = await _checkpoint.load_into(
+                    session._backend,
+                    saved,
+                    work_dir=session.work_dir,
+                    kernel_dir=session._kernel_dir(),
+                    on_mismatch="refuse",
+                    timeout=timeout,
+                    variable_timeout=variable_timeout,
+                    files=copied,
+                )
+                parent = saved.manifest["parent"]
+                session._seq = max(session._seq, int(parent.get("cells", 0)))
+                how = (
+                    f"restored from checkpoint {saved.path} (made {saved.created} from work dir "
+                    f"{parent.get('work_dir')}, transcript {parent.get('transcript')})"
+                )
+                session._transcript.add(note_cell(_checkpoint.note(report, how=how)))
+                await session._transcript.flush()
+        except BaseException:
+            await session.close()
+            raise
+        session.restore_report = report
+        return session
 
     async def flush(self) -> None:
         """Returns once the transcript file holds every execution so far."""
@@ -394,6 +515,56 @@ class AsyncSession:
         await self._transcript.flush()
 
     # -- internals
+
+    def _kernel_dir(self) -> str:
+        """The work dir as the kernel sees it."""
+        return "/workspace" if isinstance(self._backend, DockerBackend) else str(self.work_dir)
+
+    async def _checkpoint_now(
+        self, path: str | Path | None, files: bool, timeout: float, variable_timeout: float
+    ) -> Checkpoint:
+        return await _checkpoint.take(
+            self._backend,
+            work_dir=self.work_dir,
+            kernel_dir=self._kernel_dir(),
+            path=path,
+            notebook=self.notebook_path,
+            cells=self._seq,
+            files=files,
+            timeout=timeout,
+            variable_timeout=variable_timeout,
+        )
+
+    async def _restart_keeping_state(self) -> RestoreReport:
+        """Checkpoint, restart, restore; the lock is held."""
+        folder = Path(tempfile.mkdtemp(prefix="kernelexec-keep-"))
+        try:
+            saved = await self._checkpoint_now(folder, False, 300.0, 30.0)
+            await self._backend.restart()
+            try:
+                report = await _checkpoint.load_into(
+                    self._backend,
+                    saved,
+                    work_dir=self.work_dir,
+                    kernel_dir=self._kernel_dir(),
+                    on_mismatch="skip",
+                    timeout=300.0,
+                    variable_timeout=30.0,
+                )
+            except CheckpointError as exc:
+                self._transcript.add(
+                    note_cell(f"*kernelexec: kernel restarted on request; {_STATE_LOST}: {exc}*")
+                )
+                await self._transcript.flush()
+                raise
+        finally:
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+        report = dataclasses.replace(report, checkpoint="")
+        self._transcript.add(
+            note_cell(_checkpoint.note(report, how="kernel restarted on request, state kept"))
+        )
+        await self._transcript.flush()
+        return report
 
     async def _execute(
         self,

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ._checkpoint import Checkpoint, RestoreReport
 from ._live import OutputListener
 from ._markdown import BlockResult
 from ._models import ExecutionResult
@@ -90,9 +91,37 @@ class Session:
         _open.add(session._async)
         return session
 
+    @classmethod
+    def restore(
+        cls,
+        checkpoint: Checkpoint | str | Path,
+        work_dir: str | Path | None = None,
+        *,
+        timeout: float = 300.0,
+        variable_timeout: float = 30.0,
+        **options: Any,
+    ) -> Session:
+        """AsyncSession.restore, synchronously."""
+        session = cls.__new__(cls)
+        session._async = _call(
+            AsyncSession.restore(
+                checkpoint,
+                work_dir,
+                timeout=timeout,
+                variable_timeout=variable_timeout,
+                **options,
+            )
+        )
+        _open.add(session._async)
+        return session
+
     @property
     def replay_report(self) -> ReplayReport | None:
         return self._async.replay_report
+
+    @property
+    def restore_report(self) -> RestoreReport | None:
+        return self._async.restore_report
 
     def __repr__(self) -> str:
         return repr(self._async).replace("AsyncSession", "Session", 1)
@@ -160,8 +189,24 @@ class Session:
     def interrupt(self) -> None:
         _call(self._async.interrupt())
 
-    def restart(self) -> None:
-        _call(self._async.restart())
+    def restart(self, *, keep_state: bool = False) -> RestoreReport | None:
+        return _call(self._async.restart(keep_state=keep_state))
+
+    def checkpoint(
+        self,
+        path: str | Path | None = None,
+        *,
+        files: bool = True,
+        timeout: float = 300.0,
+        variable_timeout: float = 30.0,
+    ) -> Checkpoint:
+        """AsyncSession.checkpoint, synchronously."""
+        _open.add(self._async)
+        return _call(
+            self._async.checkpoint(
+                path, files=files, timeout=timeout, variable_timeout=variable_timeout
+            )
+        )
 
     def flush(self) -> None:
         _call(self._async.flush())

@@ -48,6 +48,8 @@ __all__ = ["EnvRequest", "check_packages", "ensure_env", "make_env", "output_tai
 
 # The kernel-side code's oldest ipykernel (pyproject.toml's bound).
 IPYKERNEL = "ipykernel>=7.0.0"
+# What a session's checkpoint() needs in the kernel (kernelexec/_kernel/checkpoint.py).
+CLOUDPICKLE = "cloudpickle>=3.0"
 _FORMAT = 1  # bump when what goes into an environment changes
 _MARKER = ".kernelexec-env.json"
 _BUILDING = ".kernelexec-building"
@@ -164,6 +166,7 @@ def make_env(request: EnvRequest) -> str:
         "version": version,
         "packages": sorted(set(request.packages)),
         "ipykernel": IPYKERNEL,
+        "cloudpickle": CLOUDPICKLE,
     }
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     major_minor = ".".join(version.split(".")[:2])
@@ -248,12 +251,35 @@ def _build(
             if created:
                 # --seed: pip in the environment, so `%pip install` in the kernel works.
                 _run([uv, "venv", "--seed", "--allow-existing", "--python", base, str(path)], fd)
-            _run([uv, "pip", "install", "--python", str(python), "--", IPYKERNEL, *packages], fd)
+            _run(
+                [
+                    uv,
+                    "pip",
+                    "install",
+                    "--python",
+                    str(python),
+                    "--",
+                    IPYKERNEL,
+                    CLOUDPICKLE,
+                    *packages,
+                ],
+                fd,
+            )
         else:
             if created:
                 _run([base, "-m", "venv", str(path)], fd)
             _run(
-                [str(python), "-m", "pip", "install", "--no-input", "--", IPYKERNEL, *packages],
+                [
+                    str(python),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-input",
+                    "--",
+                    IPYKERNEL,
+                    CLOUDPICKLE,
+                    *packages,
+                ],
                 fd,
             )
         marker = path / f"{_MARKER}.tmp"
