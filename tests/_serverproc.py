@@ -163,6 +163,24 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def kernels_below(pid: int) -> set[int]:
+    """The processes below ``pid`` but its kernel zygotes (which live as long as it does).
+
+    A kernel forked from a zygote is the zygote's descendant, and is counted.
+    """
+    found = descendants(pid)
+    zygotes = set()
+    for child in found:
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            stat = Path(f"/proc/{child}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"zygote.py" in cmdline:
+            zygotes.add(child)
+    return found - zygotes
+
+
 __all__ = ["TOKEN", "ServerProcess", "descendants", "free_port", "jupyter_message", "signal"]
 
 

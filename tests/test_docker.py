@@ -155,3 +155,16 @@ def test_the_image_tag_follows_its_inputs() -> None:
     assert image_tag(packages=["a", "b"]) == image_tag(packages=["b", "a"])
     assert image_tag(base_image="other:1") != image_tag()
     assert image_tag(requirements="numpy\n") != image_tag()
+
+
+@pytest.mark.parametrize("gpus", ["all", "2", "device=0,1"])
+def test_gpus_reach_docker_run_as_given(tmp_path: Path, gpus: str) -> None:
+    # No test machine has a GPU: this checks what kernelexec controls, the
+    # `docker run` options, not that a GPU is then usable in the container.
+    backend = DockerBackend(image="kernelexec-kernel:any", gpus=gpus)
+    backend._ipc_dir = tmp_path
+    options = backend._run_options(tmp_path, {})
+    assert options[options.index("--gpus") + 1] == gpus
+    plain = DockerBackend(image="kernelexec-kernel:any")
+    plain._ipc_dir = tmp_path
+    assert "--gpus" not in plain._run_options(tmp_path, {})

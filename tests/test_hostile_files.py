@@ -148,7 +148,14 @@ def check_saved(
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("hostile-files") / "work", "--max-body-mb", "1")
+    # Its tests run twice (forked and spawned kernels), some leaving their sessions.
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("hostile-files") / "work",
+        "--max-body-mb",
+        "1",
+        "--max-sessions",
+        "40",
+    )
     yield proc
     assert proc.stop() == 0
 

@@ -28,7 +28,7 @@ import httpx2
 import jsonschema
 import pytest
 import websocket
-from _serverproc import ServerProcess, descendants, free_port, jupyter_message
+from _serverproc import ServerProcess, descendants, free_port, jupyter_message, kernels_below
 from conftest import process_gone
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -198,9 +198,9 @@ def test_delete_while_starting_is_a_clean_409_for_the_creator(tmp_path: Path) ->
         assert server.http.get("/sessions").json()["sessions"] == []
         # Its kernel was shut down once its start ended; nothing is left running.
         deadline = time.monotonic() + 60
-        while descendants(server.proc.pid) and time.monotonic() < deadline:
+        while kernels_below(server.proc.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert descendants(server.proc.pid) == set()
+        assert kernels_below(server.proc.pid) == set()
         assert server.create()  # and the server still works
     finally:
         assert server.stop() == 0
