@@ -20,10 +20,12 @@ from ._exceptions import (
     KernelexecError,
     KernelStartError,
     ServerError,
+    SessionBusyError,
     SessionClosedError,
     SessionCulledError,
     SessionNotFoundError,
 )
+from ._fork import ForkReport
 from ._live import LiveOutput
 from ._markdown import BlockResult
 from ._models import ExecutionError, ExecutionResult, Limits, Status
@@ -52,6 +54,7 @@ __all__ = [
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
+    "ForkReport",
     "GatewayBackend",
     "IncompatibleCheckpointError",
     "KernelBackend",
@@ -66,6 +69,7 @@ __all__ = [
     "RestoreReport",
     "ServerError",
     "Session",
+    "SessionBusyError",
     "SessionClosedError",
     "SessionCulledError",
     "SessionInfo",

@@ -11,6 +11,7 @@ These are raised only when kernelexec itself cannot do what was asked::
     │       └── IncompatibleCheckpointError  made by another Python or package versions
     ├── KernelStartError     no kernel could be started (missing ipykernel, bad spec, ...)
     ├── SessionClosedError   the session was used after close()
+    ├── SessionBusyError     fork(wait=False) while an execution runs
     └── ServerError          a kernelexec server refused a request or could not be reached
         ├── AuthenticationError    the token is missing or wrong (HTTP 401)
         ├── SessionNotFoundError   no such session on the server (HTTP 404)
@@ -71,6 +72,10 @@ class KernelStartError(KernelexecError):
 
 class SessionClosedError(KernelexecError):
     """The session was closed; open a new one."""
+
+
+class SessionBusyError(KernelexecError):
+    """The session is running an execution and the caller said not to wait for it."""
 
 
 class ServerError(KernelexecError):

@@ -23,6 +23,7 @@ from ._backends import DockerBackend, KernelBackend, LocalBackend
 from ._checkpoint import Checkpoint, RestoreReport
 from ._environment import kernel_env
 from ._exceptions import CheckpointError, ConfigurationError, SessionClosedError
+from ._fork import ForkReport, fork_session
 from ._languages import SUPPORTED_LANGUAGES, kernel_source, normalize_language
 from ._live import OutputListener
 from ._markdown import BlockResult, CodeBlock, extract_code_blocks, run_blocks
@@ -176,6 +177,7 @@ class AsyncSession:
         self._closed = False
         self._dead: str | None = None  # why the kernel is down, when auto_restart is off
         self.replay_report: ReplayReport | None = None  # set by from_transcript
+        self.fork_report: ForkReport | None = None  # set by fork
         self.restore_report: RestoreReport | None = None  # set by restore
 
     @classmethod
@@ -489,6 +491,31 @@ class AsyncSession:
         session.restore_report = report
         return session
 
+    async def fork(self, work_dir: str | Path | None = None, *, wait: bool = True) -> AsyncSession:
+        """A new, independent session holding a copy of this one's live state.
+
+        A local kernel is forked as a process: the new kernel starts with
+        every variable, import, class and figure this one has, copy-on-write,
+        with nothing re-run; the two diverge from then on. Other backends (a
+        gateway, Docker) are checkpointed and restored into a new kernel of
+        the same kind instead. The new session gets ``work_dir`` (None: a new
+        temp dir) with a copy of this one's files, its own transcript, which
+        begins with a note naming this session and this session's cells, and
+        ``fork_report`` saying how it was made. Random state: a fork's numpy
+        and ``random`` generators are reseeded (seed them yourself for equal
+        sequences).
+
+        Args:
+            work_dir: the fork's work dir (not this session's).
+            wait: wait for a running execution to end; False raises instead.
+
+        Raises:
+            SessionBusyError: ``wait=False`` and an execution is running.
+            KernelStartError: the kernel could not be forked or restored.
+            CheckpointError: the checkpoint a non-local backend needs failed.
+        """
+        return await fork_session(self, work_dir, wait=wait)
+
     async def flush(self) -> None:
         """Returns once the transcript file holds every execution so far."""
         await self._transcript.flush()
@@ -515,6 +542,17 @@ class AsyncSession:
         await self._transcript.flush()
 
     # -- internals
+
+    def _fork_options(self) -> dict[str, Any]:
+        """What a fork of this session is made with, its backend aside."""
+        return {
+            "timeout": self.timeout,
+            "limits": self.limits,
+            "interrupt_grace": self.interrupt_grace,
+            "auto_restart": self.auto_restart,
+            "notebook": self.notebook_path.name,
+            "startup_timeout": self._startup_timeout,
+        }
 
     def _kernel_dir(self) -> str:
         """The work dir as the kernel sees it."""

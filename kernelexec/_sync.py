@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._checkpoint import Checkpoint, RestoreReport
+from ._fork import ForkReport
 from ._live import OutputListener
 from ._markdown import BlockResult
 from ._models import ExecutionResult
@@ -123,6 +124,10 @@ class Session:
     def restore_report(self) -> RestoreReport | None:
         return self._async.restore_report
 
+    @property
+    def fork_report(self) -> ForkReport | None:
+        return self._async.fork_report
+
     def __repr__(self) -> str:
         return repr(self._async).replace("AsyncSession", "Session", 1)
 
@@ -207,6 +212,14 @@ class Session:
                 path, files=files, timeout=timeout, variable_timeout=variable_timeout
             )
         )
+
+    def fork(self, work_dir: str | Path | None = None, *, wait: bool = True) -> Session:
+        """AsyncSession.fork, synchronously: a new Session."""
+        _open.add(self._async)
+        child = Session.__new__(Session)
+        child._async = _call(self._async.fork(work_dir, wait=wait))
+        _open.add(child._async)
+        return child
 
     def flush(self) -> None:
         _call(self._async.flush())

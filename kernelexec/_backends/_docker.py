@@ -98,6 +98,8 @@ class DockerBackend(LocalBackend):
         gpus: str | None = None,
         startup_timeout: float = 60.0,
     ) -> None:
+        # What fresh() makes another of; taken first, before any local is added.
+        self._given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__(startup_timeout=startup_timeout)
         if isinstance(volumes, str):
             raise ConfigurationError("volumes= takes a list of docker -v specs, not one string")
@@ -124,6 +126,10 @@ class DockerBackend(LocalBackend):
         self._ended: str | None = None
         # Kept here: the kernel removes its connection file once it has read it.
         self._info: dict[str, Any] | None = None
+
+    def fresh(self) -> DockerBackend:
+        """A new, unstarted backend with the same settings (a session's fork, restored)."""
+        return type(self)(**self._given)
 
     def __repr__(self) -> str:
         return f"<DockerBackend image={self.image} container={self.container}>"

@@ -75,6 +75,8 @@ class GatewayBackend:
         ping_interval: float = 20.0,
         reconnect_for: float = 15.0,
     ) -> None:
+        # What fresh() makes another of; taken first, before any local is added.
+        self._given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.rest = GatewayREST(url, token, timeout=request_timeout)
         self.url = self.rest.base
         self.kernel_name = kernel_name
@@ -89,6 +91,10 @@ class GatewayBackend:
         self._checked = 0.0
         self._cwd = Path.cwd()
         self._env: dict[str, str] = {}
+
+    def fresh(self) -> GatewayBackend:
+        """A new, unstarted backend with the same settings (a session's fork, restored)."""
+        return type(self)(**self._given)
 
     def __repr__(self) -> str:
         return f"<GatewayBackend {self.url} kernel={self.kernel_id}>"

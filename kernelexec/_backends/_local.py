@@ -23,9 +23,12 @@ from jupyter_client.session import Session
 
 from .._exceptions import KernelStartError
 from .._kernel import BOOT_SCRIPT, NO_IPYKERNEL
-from .._kernel.guard import end_tree
+from .._kernel.fork import REPLY as FORK_REPLY
+from .._kernel.fork import REQUEST as FORK_REQUEST
+from .._kernel.guard import end_tree, release
 from .._secrecy import protect_process
 from ._base import KernelMessage
+from ._kernel_fork import KernelFork
 from ._ready import await_kernel_info
 from ._zmq import KernelSockets
 from ._zygote import ForkedKernel, Zygote, ZygoteGone, zygote_for
@@ -121,11 +124,12 @@ class LocalBackend:
         self.forked = False  # the running kernel came from a zygote
         self._km: AsyncKernelManager | None = None
         self._info: dict[str, Any] | None = None  # a forked kernel's connection info
+        self._released: set[int] = set()  # forks of this kernel: sessions of their own
         self._channels: KernelSockets | None = None
         self._stderr: IO[bytes] | None = None
         self._pgid: int | None = None
         # boot's process, the kernel's supervisor
-        self._process: subprocess.Popen[bytes] | ForkedKernel | None = None
+        self._process: subprocess.Popen[bytes] | ForkedKernel | KernelFork | None = None
         self._returncode: int | None = None
         self._cwd = Path.cwd()
         self._env: dict[str, str] = {}
@@ -246,7 +250,7 @@ class LocalBackend:
     async def shutdown(self, *, now: bool = False) -> None:
         km, channels = self._km, self._channels
         self._km, self._channels = None, None
-        if isinstance(self._process, ForkedKernel):
+        if isinstance(self._process, (ForkedKernel, KernelFork)):
             if not now and channels is not None:
                 await self._ask_forked_to_stop(channels)
             if channels is not None:
@@ -311,9 +315,17 @@ class LocalBackend:
 
     async def _fork_from(self, zygote: Zygote, cwd: Path, env: dict[str, str]) -> None:
         """Starts the kernel as a fork of ``zygote``, on a connection of our making."""
-        self._ipc_dir = Path(tempfile.mkdtemp(prefix="kernelexec-ipc-"))
         self._stderr = tempfile.TemporaryFile()
         self._returncode = None
+        path = self._new_connection()
+        kernel = await zygote.fork(
+            connection_file=path, cwd=cwd, env={**env, "PWD": str(cwd)}, stderr=self._stderr
+        )
+        self._adopt(kernel)
+
+    def _new_connection(self) -> str:
+        """A connection file (Unix sockets in a new private dir, a new key) for a forked kernel."""
+        self._ipc_dir = Path(tempfile.mkdtemp(prefix="kernelexec-ipc-"))
         key = os.urandom(32).hex()
         path, info = write_connection_file(
             str(self._ipc_dir / "kernel.json"),
@@ -324,14 +336,97 @@ class LocalBackend:
             kernel_name="kernelexec-python",
         )
         os.chmod(path, 0o600)
-        kernel = await zygote.fork(
-            connection_file=path, cwd=cwd, env={**env, "PWD": str(cwd)}, stderr=self._stderr
-        )
-        self._process, self._pgid, self.forked = kernel, kernel.pid, True
         self._info = {**info, "key": key}
+        return str(path)
+
+    def _adopt(self, kernel: ForkedKernel | KernelFork) -> None:
+        assert self._info is not None
+        self._process, self._pgid, self.forked = kernel, kernel.pid, True
         _LIVE.add(self)
-        session = Session(key=key.encode("ascii"), signature_scheme="hmac-sha256")
+        key = str(self._info["key"]).encode("ascii")
+        session = Session(key=key, signature_scheme="hmac-sha256")
         self._channels = KernelSockets(self._info, session, _context())
+
+    async def fork(self, *, cwd: Path, env: dict[str, str]) -> LocalBackend:
+        """A new backend whose kernel is a fork of this one's: its Python state, copy-on-write.
+
+        The fork request is queued on the shell channel behind any execution,
+        so the copy is taken between executions. This kernel's supervisor is
+        told (by this process, the only one it listens to) that the fork is
+        not its to end: the fork outlives this kernel.
+
+        Raises:
+            KernelStartError: no running kernel of kernelexec's to fork, the
+                fork failed, or the new kernel did not answer.
+        """
+        channels, supervisor = self._channels, self._process
+        if channels is None or supervisor is None or not self.can_fork():
+            raise KernelStartError("only a running kernel started by kernelexec can be forked")
+        child = LocalBackend(
+            kernel_name=self.kernel_name,
+            python=self.python,
+            startup_timeout=self.startup_timeout,
+            preload=self.preload,
+            zygote=self.zygote,
+        )
+        child._cwd, child._env = cwd, env
+        path = child._new_connection()
+        assert child._ipc_dir is not None
+        status, stderr = child._ipc_dir / "status", child._ipc_dir / "stderr"
+        stderr.touch(mode=0o600)
+        child._stderr = stderr.open("rb")
+        request = {
+            "connection_file": path,
+            "cwd": str(cwd),
+            "owner": os.getpid(),
+            "status_file": str(status),
+            "stderr_file": str(stderr),
+        }
+        try:
+            reply = await self._ask(channels, FORK_REQUEST, request, FORK_REPLY)
+            if reply.get("status") != "ok":
+                raise KernelStartError(f"the kernel could not fork: {reply.get('why', reply)}")
+            pid = int(reply["pid"])
+            # The fork outlives this kernel: its supervisor and this process's
+            # own clean-up (_end_tree) must both leave it alone.
+            self._released.add(pid)
+            release(supervisor.pid, pid)
+            child._adopt(KernelFork(pid, status))
+            await child._wait_ready()
+        except BaseException:
+            await child.shutdown(now=True)
+            raise
+        return child
+
+    def can_fork(self) -> bool:
+        """Whether ``fork()`` can work: kernelexec's own kernel, running, on Linux."""
+        # Kernels of kernelexec's boot script answer fork requests; others do not.
+        booted = self.python is not None or self.kernel_name == "python3"
+        running = self._channels is not None and self._process is not None
+        return booted and running and hasattr(os, "pidfd_open")
+
+    async def _ask(
+        self, channels: KernelSockets, msg_type: str, content: dict[str, Any], reply: str
+    ) -> dict[str, Any]:
+        """Sends a request on the shell channel; its reply's content. Other messages stay queued."""
+        msg_id = channels.send("shell", msg_type, content)
+        others: list[KernelMessage] = []
+        deadline = time.monotonic() + self.startup_timeout
+        try:
+            while time.monotonic() < deadline:
+                item = await channels.receive(0.2)
+                if item is None:
+                    if not await self.is_alive():
+                        raise KernelStartError(f"the kernel died ({self.exit_reason()})")
+                    continue
+                channel, msg = item
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    others.append(item)
+                elif channel == "shell" and msg["header"]["msg_type"] == reply:
+                    return dict(msg["content"])
+        finally:
+            channels.put_back(others)
+        raise KernelStartError(f"the kernel did not answer within {self.startup_timeout:g} s")
 
     async def _ask_forked_to_stop(self, channels: KernelSockets) -> None:
         # What jupyter_client's request_shutdown does: a shutdown_request on control.
@@ -468,13 +563,13 @@ class LocalBackend:
         process = self._process
         # Not reaped yet, so its pid cannot have been reused.
         if process is not None and process.poll() is None:
-            end_tree(process.pid)
+            end_tree(process.pid, spare=self._released)
 
     def _kill_group(self) -> None:
         _LIVE.discard(self)
         self._end_tree()  # first: the group kill takes the supervisor, which holds the rest
         process, self._process, self._info = self._process, None, None
-        if isinstance(process, ForkedKernel) and process.poll() is None:
+        if isinstance(process, (ForkedKernel, KernelFork)) and process.poll() is None:
             # Its own group may not exist yet (a fork that has not run setsid).
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(process.pid, signal.SIGKILL)
@@ -484,7 +579,7 @@ class LocalBackend:
             except (ProcessLookupError, PermissionError):
                 pass
             self._pgid = None
-        if isinstance(process, ForkedKernel):
+        if isinstance(process, (ForkedKernel, KernelFork)):
             process.release()  # after the kill: until released, its pid is not reused
         self._remove_ipc_dir()
 

@@ -119,6 +119,10 @@ class KernelSockets:
             self._take()
         return self._pending.popleft() if self._pending else None
 
+    def put_back(self, messages: list[KernelMessage]) -> None:
+        """Returns messages taken by ``receive`` to the front of the queue, in order."""
+        self._pending.extendleft(reversed(messages))
+
     def close(self) -> None:
         """Closes the sockets; a pending ``receive`` returns None."""
         for channel in list(self._handshaking):

@@ -25,6 +25,7 @@ import importlib.util
 import os
 import sys
 from types import ModuleType
+from typing import Any
 
 NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,8 +55,12 @@ def main() -> None:
     start_app()
 
 
-def start_app() -> None:
-    """Runs ipykernel's app, tuned, on the connection file in ``sys.argv``."""
+def start_app(user_ns: dict[str, Any] | None = None, after_init: Any = None) -> None:
+    """Runs ipykernel's app, tuned, on the connection file in ``sys.argv``.
+
+    A fork of this kernel (``fork.py``) comes back here in the child, with the
+    old app unwound, and runs a new app over the old user namespace.
+    """
     try:
         from ipykernel import kernelapp
     except ImportError:
@@ -71,8 +76,24 @@ def start_app() -> None:
         "--HistoryManager.hist_file=:memory:",
     ]
     caps = load("caps")
-    app = caps.capped_app(load("guard").guarded_app(kernelapp.IPKernelApp))
-    load("exits").kept_app(app).launch_instance()
+    fork = load("fork")
+    app = load("exits").kept_app(caps.capped_app(load("guard").guarded_app(kernelapp.IPKernelApp)))
+    try:
+        instance = app.instance()
+        if user_ns is not None:
+            instance.user_ns = user_ns
+        instance.initialize()
+        fork.install(instance.kernel)
+        if after_init is not None:
+            after_init(instance)
+        instance.start()
+    except fork.BecomeFork as become:
+        fork.become_fork(become, load, start_app)
+        # The fork's own app has ended: leave as a kernel does, but without
+        # the old kernel's exit handlers (its streams and sockets are not ours).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -78,14 +78,22 @@ _END_WITHIN = 10.0  # seconds end_tree keeps at it (a process stuck in the OS)
 _GIVEN_CONNECTION_FILE: str | None = None  # the owner's, removed once read
 
 
-def protect(connection_file: str | None, owner_alive: Callable[[], bool] | None = None) -> None:
+def protect(
+    connection_file: str | None,
+    owner_alive: Callable[[], bool] | None = None,
+    owner: int | None = None,
+    status_file: str | None = None,
+) -> None:
     """Confines this process, then splits off the kernel and guards it.
 
     Returns in the kernel's process; boot's own process stays behind as the
     supervisor and never returns from here. The supervisor ends the tree
     when ``owner_alive()`` turns False; by default, when this process's
-    parent (the owner) is gone. A kernel forked by a zygote passes a check
-    on the owner itself, the zygote's parent.
+    parent (the owner) is gone. A kernel forked by a zygote, or from another
+    kernel, passes a check on the owner itself and the owner's pid
+    (``owner``), the only process whose ``release`` it heeds. With
+    ``status_file``, the supervisor writes its exit status there (its
+    parent may not be the owner, who then cannot wait for it).
     """
     global _GIVEN_CONNECTION_FILE
     drop_capabilities()
@@ -93,7 +101,7 @@ def protect(connection_file: str | None, owner_alive: Callable[[], bool] | None 
     info = _read_connection(connection_file)
     _GIVEN_CONNECTION_FILE = connection_file if info is not None else None
     if _set_subreaper():
-        _split_off_kernel(connection_file, info, owner_alive)
+        _split_off_kernel(connection_file, info, owner_alive, owner, status_file)
     threading.Thread(
         target=_watch_parent, args=(os.getppid(), connection_file, info), daemon=True
     ).start()
@@ -140,8 +148,11 @@ def drop_capabilities(capabilities: tuple[int, ...] = DROPPED_CAPABILITIES) -> N
     libc.capset(header, data)
 
 
-def descendants(root: int) -> list[int]:
-    """Every living process below ``root``, from /proc (zombies left out; none without /proc)."""
+def descendants(root: int, spare: set[int] | None = None) -> list[int]:
+    """Every living process below ``root``, from /proc (zombies left out; none without /proc).
+
+    A process in ``spare`` is left out, with everything below it.
+    """
     children: dict[int, list[int]] = {}
     try:
         names = os.listdir("/proc")
@@ -161,13 +172,18 @@ def descendants(root: int) -> list[int]:
     todo = [root]
     while todo:
         for child in children.get(todo.pop(), ()):
+            if spare and child in spare:
+                continue
             found.append(child)
             todo.append(child)
     return found
 
 
-def end_tree(root: int) -> None:
+def end_tree(root: int, spare: set[int] | None = None) -> None:
     """Kills every process below ``root`` (not ``root`` itself), until none is left.
+
+    ``spare``: processes left running with everything below them (forks of
+    the kernel that have become sessions of their own).
 
     Each round freezes what it finds (SIGSTOP) and looks again until a look
     finds nothing new, so no process can fork in between, then kills them all.
@@ -179,7 +195,7 @@ def end_tree(root: int) -> None:
     while time.monotonic() < deadline:
         frozen: set[int] = set()
         while time.monotonic() < deadline:
-            fresh = set(descendants(root)) - frozen
+            fresh = set(descendants(root, spare)) - frozen
             if not fresh:
                 break
             for pid in fresh:
@@ -224,6 +240,8 @@ def _split_off_kernel(
     connection_file: str | None,
     info: dict[str, Any] | None,
     owner_alive: Callable[[], bool] | None,
+    owner_pid: int | None,
+    status_file: str | None,
 ) -> None:
     """Forks; returns in the child, the kernel-to-be; the parent supervises it until it ends.
 
@@ -234,7 +252,8 @@ def _split_off_kernel(
     owner = os.getppid()
     if owner_alive is None:
         owner_alive = lambda: os.getppid() == owner  # noqa: E731
-    watched = {signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP}
+    owner = owner_pid or owner
+    watched = {signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, RELEASE}
     # Set before the fork, so no interrupt or SIGTERM can catch the supervisor
     # unprepared; the kernel gets the originals back.
     interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -244,20 +263,31 @@ def _split_off_kernel(
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(signal.SIGINT, interrupt)
         return
+    released: set[int] = set()  # forks of the kernel that are sessions of their own
+
+    def finish(code: int) -> NoReturn:
+        _take_releases(owner, released)
+        end_tree(os.getpid(), spare=released)
+        if status_file is not None:
+            with contextlib.suppress(OSError), open(status_file, "w") as file:
+                file.write(str(code))
+        _exit_with(code)
+
     status = None
     while status is None:
-        received = signal.sigtimedwait(watched, _POLL)
-        if received is not None and received.si_signo != signal.SIGCHLD:
-            end_tree(os.getpid())
-            _exit_with(-received.si_signo)
+        received = _wait_signal(watched, _POLL)
+        if received is not None and received[0] == RELEASE:
+            if received[1] == owner and received[2] > 0:
+                released.add(received[2])
+            continue
+        if received is not None and received[0] != signal.SIGCHLD:
+            finish(-received[0])
         if not owner_alive():
             _forget_connection(connection_file, info)
-            end_tree(os.getpid())
-            os._exit(1)
+            finish(1)
         status = _reap(kernel)
-    end_tree(os.getpid())
     _reap(kernel)
-    _exit_with(os.waitstatus_to_exitcode(status))
+    finish(os.waitstatus_to_exitcode(status))
 
 
 def _reap(kernel: int) -> int | None:
@@ -338,6 +368,68 @@ def _set_subreaper() -> bool:
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
+
+
+# A real-time signal the owner sends a supervisor with ``sigqueue``, its value
+# a pid: a fork of the kernel the owner made a session of its own. Only the
+# owner's counts (the Linux kernel, not the sender, fills in the sender's pid).
+RELEASE = signal.SIGRTMIN + 1 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
+_SI_QUEUE = -1
+
+
+def release(supervisor: int, pid: int) -> bool:
+    """Tells ``supervisor`` (from its owner) that ``pid`` below it is not its to end."""
+    libc = _libc()
+    if libc is None:
+        return False
+
+    class _Value(ctypes.Union):
+        _fields_ = [("sival_int", ctypes.c_int), ("sival_ptr", ctypes.c_void_p)]  # noqa: RUF012
+
+    value = _Value()
+    value.sival_ptr = pid
+    try:
+        return int(libc.sigqueue(supervisor, int(RELEASE), value)) == 0
+    except (AttributeError, ctypes.ArgumentError):
+        return False
+
+
+def _wait_signal(signals: set[int], timeout: float) -> tuple[int, int, int] | None:
+    """(signal, sender's pid, value) of one of ``signals``, or None after ``timeout``.
+
+    libc's sigtimedwait, for the value Python's leaves out; Python's where
+    there is no libc to call (no value: no releases).
+    """
+    libc = _libc()
+    if libc is None or not hasattr(libc, "sigtimedwait"):
+        found = signal.sigtimedwait(signals, timeout)
+        return None if found is None else (found.si_signo, found.si_pid, 0)
+    sigset = ctypes.create_string_buffer(128)
+    libc.sigemptyset(sigset)
+    for number in signals:
+        libc.sigaddset(sigset, int(number))
+    info = ctypes.create_string_buffer(128)
+    seconds = int(timeout)
+    wait = (ctypes.c_long * 2)(seconds, int((timeout - seconds) * 1e9))
+    number = libc.sigtimedwait(sigset, info, wait)
+    if number < 0:
+        return None  # timed out, or interrupted
+    # Linux's siginfo_t on 64-bit machines: si_signo, si_errno, si_code (ints),
+    # then at offset 16 si_pid and si_uid, and for a queued signal si_value at 24.
+    code = int.from_bytes(info.raw[8:12], sys.byteorder, signed=True)
+    sender = int.from_bytes(info.raw[16:20], sys.byteorder, signed=True)
+    value = int.from_bytes(info.raw[24:32], sys.byteorder) if code == _SI_QUEUE else 0
+    return int(number), sender, value
+
+
+def _take_releases(owner: int, released: set[int]) -> None:
+    """Releases the owner sent that are still pending, before the tree is ended."""
+    while True:
+        found = _wait_signal({RELEASE}, 0)
+        if found is None:
+            return
+        if found[1] == owner and found[2] > 0:
+            released.add(found[2])
 
 
 _LIBC: Any = None

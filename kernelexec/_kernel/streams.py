@@ -74,10 +74,16 @@ def known_ipykernel(version: str) -> bool:
     return head.isdigit() and int(head) == KNOWN_MAJOR
 
 
+_made: list[type] = []  # the class chunked_outstream made: a forked kernel's new app reuses it
+
+
 def chunked_outstream() -> type:
     """The OutStream class for the kernel; threads keep their cell's parent from here on."""
     import ipykernel
     from ipykernel.iostream import OutStream
+
+    if _made:
+        return _made[0]
 
     version = str(getattr(ipykernel, "__version__", "unknown"))
     if not known_ipykernel(version):
@@ -91,7 +97,8 @@ def chunked_outstream() -> type:
         return OutStream
     _keep_parents_in_threads()
     os.register_at_fork(after_in_child=_after_fork)
-    return _make_class(OutStream)
+    _made.append(_make_class(OutStream))
+    return _made[0]
 
 
 def _after_fork() -> None:
@@ -100,6 +107,15 @@ def _after_fork() -> None:
     _order_lock = threading.RLock()
     for stream in _streams:
         stream._buffer_lock = _order_lock
+
+
+def forget_streams() -> None:
+    """In a fork that becomes a kernel of its own: the old streams are not its own."""
+    global _poller
+    _forked[0] = False
+    _streams.clear()
+    _poll_owner.clear()
+    _poller = select.poll()
 
 
 class _Pipe:

@@ -141,7 +141,7 @@ def _serve(channel: socket.socket, boot: Any, owner: int, owner_fd: int | None) 
             if pid == 0:
                 for fd in (wake_r, wake_w):
                     os.close(fd)
-                _become_kernel(channel, boot, message, fds, owner_fd)
+                _become_kernel(channel, boot, message, fds, owner, owner_fd)
             for fd in fds:
                 os.close(fd)
             children.add(pid)
@@ -176,7 +176,12 @@ def _reap(released: set[int]) -> None:
 
 
 def _become_kernel(
-    channel: socket.socket, boot: Any, request: dict[str, Any], fds: list[int], owner_fd: int | None
+    channel: socket.socket,
+    boot: Any,
+    request: dict[str, Any],
+    fds: list[int],
+    owner: int,
+    owner_fd: int | None,
 ) -> NoReturn:
     code = 1
     try:
@@ -191,7 +196,7 @@ def _become_kernel(
         os.chdir(request["cwd"])
         os.environ["PWD"] = os.getcwd()
         _fresh_random()
-        _launch(boot, request["connection_file"], owner_fd)
+        _launch(boot, request["connection_file"], owner, owner_fd)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -209,10 +214,11 @@ def _become_kernel(
         os._exit(code)
 
 
-def _launch(boot: Any, connection_file: str, owner_fd: int | None) -> None:
+def _launch(boot: Any, connection_file: str, owner: int, owner_fd: int | None) -> None:
     guard = boot.load("guard")
     owner_alive = None if owner_fd is None else (lambda: not _readable(owner_fd))
-    guard.protect(connection_file, owner_alive=owner_alive)
+    # The owner, not the zygote (this process's parent), is who may release a fork.
+    guard.protect(connection_file, owner_alive=owner_alive, owner=owner)
     if owner_fd is not None:
         os.close(owner_fd)  # only the supervisor watches the owner
     sys.argv = [os.path.join(_HERE, "boot.py"), "-f", connection_file]

@@ -1,0 +1,190 @@
+"""Forking a live kernel: a new kernel holding a copy of this one's Python state.
+
+Loaded by ``boot.py`` inside the kernel (standard library and ipykernel only).
+The owner sends a ``kernelexec_fork_request`` on the shell channel, so it is
+handled between executions, in the main thread, never in the middle of one.
+The handler forks:
+
+- in this kernel, it answers with the child's pid and reaps the child when it
+  ends (a thread that waits), and goes on as before;
+- in the child, it raises ``BecomeFork`` (a ``SystemExit``, so nothing on the
+  way catches it) out of the handler, the event loop and ipykernel's app, up
+  to ``boot.start_app``, which calls ``become_fork``: outside any running
+  loop and with one thread, the child leaves this kernel's session and process
+  group, stops using anything of this kernel's (its sockets, streams and the
+  descriptors behind them are never touched again, nor closed: they are
+  shared with this kernel), becomes a supervised kernel of its own like any
+  other (``guard.protect``) and starts a new ipykernel app on the owner's new
+  connection file, whose shell takes over the old user namespace: every
+  variable, import, function and class, copy-on-write.
+
+Request: ``{"connection_file", "cwd", "owner", "status_file", "stderr_file"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import sys
+import threading
+from typing import Any
+
+REQUEST = "kernelexec_fork_request"
+REPLY = "kernelexec_fork_reply"
+_KEPT: list[Any] = []  # the old kernel's objects in a fork: never collected, never closed
+
+
+class BecomeFork(SystemExit):
+    """Raised in the forked child only: unwinds the old kernel's app."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        super().__init__(0)
+        self.request = request
+
+
+def install(kernel: Any) -> None:
+    """Lets ``kernel`` answer fork requests on its shell channel."""
+    kernel.shell_handlers[REQUEST] = functools.partial(_on_request, kernel)
+
+
+def _on_request(kernel: Any, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+    request = dict(parent.get("content") or {})
+    # Whatever this kernel has buffered is its own output, not the child's.
+    for stream_ in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream_.flush()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        kernel.session.send(stream, REPLY, {"status": "error", "why": str(exc)}, parent, ident)
+        return
+    if pid == 0:
+        raise BecomeFork(request)
+    kernel.session.send(stream, REPLY, {"status": "ok", "pid": pid}, parent, ident)
+    threading.Thread(target=_reap, args=(pid,), daemon=True).start()
+
+
+def _reap(pid: int) -> None:
+    # The child is this kernel's until it ends (or this kernel does first, and
+    # the supervisor, a subreaper, takes it over): no zombie is left behind.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def become_fork(error: BecomeFork, load: Any, start_app: Any) -> None:
+    """In the forked child, after the old app has unwound: run as a kernel of its own."""
+    request = error.request
+    os.setsid()
+    _redirect(request.get("stderr_file"))
+    shell, app = _old_kernel()
+    _KEPT.extend([shell, app, getattr(app, "kernel", None)])
+    os.chdir(request["cwd"])
+    os.environ["PWD"] = os.getcwd()
+    _fresh_random()
+    owner = int(request["owner"])
+    owner_fd = _pidfd(owner)
+    guard = load("guard")
+    guard.protect(
+        request["connection_file"],
+        owner_alive=None if owner_fd is None else (lambda: not _ended(owner_fd)),
+        owner=owner,
+        status_file=request.get("status_file"),
+    )
+    if owner_fd is not None:
+        os.close(owner_fd)  # only the supervisor watches the owner
+    load("streams").forget_streams()
+    _clear_singletons(getattr(app, "kernel", None), shell, app)
+    # The old loop's epoll set is shared with the parent kernel: a new one.
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    sys.argv = [sys.argv[0], "-f", request["connection_file"]]
+    start_app(
+        user_ns=shell.user_ns if shell is not None else None,
+        after_init=functools.partial(_take_over, shell),
+    )
+
+
+def _old_kernel() -> tuple[Any, Any]:
+    from ipykernel.kernelapp import IPKernelApp
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell._instance if InteractiveShell.initialized() else None
+    app = IPKernelApp._instance if IPKernelApp.initialized() else None
+    return shell, app
+
+
+def _clear_singletons(*objects: Any) -> None:
+    # Each by its own class: clear_instance clears a class and its bases, and
+    # instance() of the new app's classes would find the old ones otherwise.
+    for obj in objects:
+        if obj is not None:
+            type(obj).clear_instance()
+
+
+def _take_over(old: Any, app: Any) -> None:
+    """The new shell carries on where the old one was: count, history, inline figures."""
+    shell = getattr(getattr(app, "kernel", None), "shell", None)
+    if old is None or shell is None:
+        return
+    shell.execution_count = old.execution_count
+    with contextlib.suppress(Exception):
+        history, before = shell.history_manager, old.history_manager
+        history.input_hist_parsed[:] = before.input_hist_parsed
+        history.input_hist_raw[:] = before.input_hist_raw
+        history.output_hist.update(before.output_hist)
+    inline = sys.modules.get("matplotlib_inline.backend_inline")
+    if inline is not None:
+        # Its post-execute hook and figure formats were set on the old shell
+        # when pyplot loaded; it remembers (on the function) that it did.
+        with contextlib.suppress(Exception):
+            import warnings
+
+            import matplotlib
+
+            kept = matplotlib.rcParams.copy()  # the user's settings, not the inline defaults
+            with contextlib.suppress(AttributeError):
+                del inline.configure_inline_support.current_backend
+            inline._enable_matplotlib_integration()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                matplotlib.rcParams.update(kept)
+
+
+def _redirect(stderr_file: str | None) -> None:
+    # Descriptors 0-2 are the old kernel's (its output pipes): never write there.
+    null = os.open(os.devnull, os.O_RDWR)
+    target = null
+    if stderr_file:
+        with contextlib.suppress(OSError):
+            target = os.open(stderr_file, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.dup2(target, 2)
+    for fd in {null, target}:
+        os.close(fd)
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False)
+
+
+def _fresh_random() -> None:
+    # Two forks of one kernel must not draw the same numbers; Python's
+    # random reseeds itself at a fork, numpy's global generator does not.
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        with contextlib.suppress(Exception):
+            numpy_random.seed()
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _ended(fd: int) -> bool:
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
