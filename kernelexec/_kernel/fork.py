@@ -82,13 +82,13 @@ def become_fork(error: BecomeFork, load: Any, start_app: Any) -> None:
     _KEPT.extend([shell, app, getattr(app, "kernel", None)])
     os.chdir(request["cwd"])
     os.environ["PWD"] = os.getcwd()
-    _fresh_random()
+    fresh_random()
     owner = int(request["owner"])
-    owner_fd = _pidfd(owner)
+    owner_fd = pidfd(owner)
     guard = load("guard")
     guard.protect(
         request["connection_file"],
-        owner_alive=None if owner_fd is None else (lambda: not _ended(owner_fd)),
+        owner_alive=None if owner_fd is None else (lambda: not ended(owner_fd)),
         owner=owner,
         status_file=request.get("status_file"),
     )
@@ -168,23 +168,28 @@ def _redirect(stderr_file: str | None) -> None:
     sys.stderr = open(2, "w", closefd=False)
 
 
-def _fresh_random() -> None:
-    # Two forks of one kernel must not draw the same numbers; Python's
-    # random reseeds itself at a fork, numpy's global generator does not.
+def fresh_random() -> None:
+    """New seeds from the OS: two forks must never draw the same numbers.
+
+    Python's ``random`` reseeds itself after a fork; numpy's global generator
+    (seeded when numpy.random was imported) does not.
+    """
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         with contextlib.suppress(Exception):
             numpy_random.seed()
 
 
-def _pidfd(pid: int) -> int | None:
+def pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (readable once it ends), or None where there are none."""
     try:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
         return None
 
 
-def _ended(fd: int) -> bool:
+def ended(fd: int) -> bool:
+    """Whether the process behind pidfd ``fd`` has ended."""
     import select
 
     return bool(select.select([fd], [], [], 0)[0])

@@ -82,7 +82,7 @@ def main() -> None:
     # Terminal signals are for the owner; a child gets Python's defaults back.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     owner = os.getppid()
-    owner_fd = _pidfd(owner)
+    owner_fd = boot.load("fork").pidfd(owner)
     imports = _receive(channel)[0].get("imports", [])
     try:
         from ipykernel import kernelapp  # noqa: F401
@@ -103,7 +103,7 @@ def _warm(boot: Any, imports: list[str]) -> None:
     for name in _KERNEL_MODULES:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
-    for name in ("guard", "streams", "caps", "exits"):
+    for name in ("guard", "streams", "caps", "exits", "fork"):
         boot.load(name)
     # ipykernel sets this before any code of the kernel's runs; pyplot reads it
     # when first imported, which is here.
@@ -195,7 +195,7 @@ def _become_kernel(
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         os.environ["PWD"] = os.getcwd()
-        _fresh_random()
+        boot.load("fork").fresh_random()
         _launch(boot, request["connection_file"], owner, owner_fd)
         code = 0
     except SystemExit as exc:
@@ -216,7 +216,7 @@ def _become_kernel(
 
 def _launch(boot: Any, connection_file: str, owner: int, owner_fd: int | None) -> None:
     guard = boot.load("guard")
-    owner_alive = None if owner_fd is None else (lambda: not _readable(owner_fd))
+    owner_alive = None if owner_fd is None else (lambda: not boot.load("fork").ended(owner_fd))
     # The owner, not the zygote (this process's parent), is who may release a fork.
     guard.protect(connection_file, owner_alive=owner_alive, owner=owner)
     if owner_fd is not None:
@@ -233,29 +233,6 @@ def _redirect(stderr: int | None) -> None:
     os.close(null)
     if stderr is not None:
         os.close(stderr)
-
-
-def _fresh_random() -> None:
-    """New seeds from the OS: siblings must never share a random sequence.
-
-    Python's ``random`` reseeds itself after a fork; numpy's global generator
-    (seeded when numpy was imported here) does not.
-    """
-    numpy_random = sys.modules.get("numpy.random")
-    if numpy_random is not None:
-        with contextlib.suppress(Exception):
-            numpy_random.seed()
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None  # no pidfd here: supervisors then watch their parent, the zygote
-
-
-def _readable(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
 
 
 def _send(channel: socket.socket, message: dict[str, Any]) -> None:
