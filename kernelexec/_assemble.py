@@ -9,11 +9,12 @@ from typing import Any
 
 from . import _workdir
 from ._artifacts import OUTPUT_DIR, save_rich_outputs
+from ._languages import SUPPORTED_LANGUAGES
 from ._models import ExecutionError, ExecutionResult, Limits, Status
 from ._reducer import Folded, stream_cut_marker
 from ._render import cap_text, render_parts
 
-__all__ = ["Assembly", "assemble", "full_output_path", "refusal"]
+__all__ = ["Assembly", "assemble", "check_code", "full_output_path", "refusal"]
 
 _BASH_EXIT = re.compile(r"returned non-zero exit status (-?\d+)")
 
@@ -143,3 +144,45 @@ def _bash_failure(
         for o in outputs
     ]
     return ExecutionError("BashError", summary, []), shown
+
+
+def check_code(
+    code: object, language: str | None, normalized: str | None, limits: Limits
+) -> tuple[str, ExecutionResult | None]:
+    """The code as text, and the refusal if it must not reach the kernel."""
+    shown = normalized or "python"
+    if isinstance(code, bytes):
+        try:
+            code = code.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return "", refusal(
+                "InvalidInput", f"code is not valid UTF-8 ({exc}); nothing was run", language=shown
+            )
+    if not isinstance(code, str):
+        return "", refusal(
+            "InvalidInput", f"code must be text, not {type(code).__name__}", language=shown
+        )
+    if normalized is None:
+        return code, refusal(
+            "UnsupportedLanguage",
+            f"cannot run {language!r} code; supported: {', '.join(SUPPORTED_LANGUAGES)}. "
+            "Nothing was run.",
+            language=str(language),
+        )
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return "", refusal(
+            "InvalidInput",
+            f"code is not valid Unicode text ({exc.reason} at "
+            f"position {exc.start}); nothing was run",
+            language=shown,
+        )
+    if len(code) > limits.max_code_chars:
+        return "", refusal(
+            "InvalidInput",
+            f"code is {len(code):,} characters, over the limit of "
+            f"{limits.max_code_chars:,} (Limits.max_code_chars); nothing was run",
+            language=shown,
+        )
+    return code, None

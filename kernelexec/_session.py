@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import io
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -18,26 +16,27 @@ from types import TracebackType
 from typing import Any
 
 from . import _checkpoint, _workdir
-from ._assemble import assemble, full_output_path, refusal
+from ._assemble import assemble, check_code, full_output_path
 from ._backends import DockerBackend, KernelBackend, LocalBackend
 from ._checkpoint import Checkpoint, RestoreReport
 from ._environment import kernel_env
 from ._exceptions import CheckpointError, ConfigurationError, SessionClosedError
 from ._fork import ForkReport, fork_session
-from ._languages import SUPPORTED_LANGUAGES, kernel_source, normalize_language
+from ._languages import kernel_source, normalize_language
 from ._live import OutputListener
 from ._markdown import BlockResult, CodeBlock, extract_code_blocks, run_blocks
 from ._models import ExecutionResult, Limits, Status
 from ._pool import KernelConfig, KernelPool
 from ._reducer import ExecutionReducer
 from ._replay import ReplayReport, read_code_cells, replay_into
+from ._restore import restart_keeping_state, restore_session
 from ._run import Outcome, run_code
 from ._transcript import Transcript, code_cell, note_cell
 from ._venv import ensure_env
 
 __all__ = ["AsyncSession"]
 
-_STATE_LOST = "all earlier state (variables, imports) is gone"
+STATE_LOST = "all earlier state (variables, imports) is gone"
 
 
 class AsyncSession:
@@ -294,7 +293,7 @@ class AsyncSession:
         """
         self._check_open()
         normalized = normalize_language(language)
-        text, refused = _check_code(code, language, normalized, self.limits)
+        text, refused = check_code(code, language, normalized, self.limits)
         async with self._lock:
             if self._closed:
                 return _cancelled(normalized or "python")
@@ -387,7 +386,7 @@ class AsyncSession:
             else:
                 await self._ensure_kernel()
             self._transcript.add(
-                note_cell(f"*kernelexec: kernel restarted on request; {_STATE_LOST}.*")
+                note_cell(f"*kernelexec: kernel restarted on request; {STATE_LOST}.*")
             )
             await self._transcript.flush()
         if keep_state:
@@ -460,36 +459,14 @@ class AsyncSession:
                 differs from the checkpoint's; nothing is restored.
             CheckpointError: the checkpoint is missing, damaged or unreadable.
         """
-        path = checkpoint.path if isinstance(checkpoint, Checkpoint) else checkpoint
-        saved = Checkpoint.open(path)  # a bad checkpoint fails before any kernel starts
-        session = cls(work_dir, **options)
-        try:
-            copied = await asyncio.to_thread(_checkpoint.copy_files_out, saved, session.work_dir)
-            await session.start()
-            async with session._lock:
-                report = await _checkpoint.load_into(
-                    session._backend,
-                    saved,
-                    work_dir=session.work_dir,
-                    kernel_dir=session._kernel_dir(),
-                    on_mismatch="refuse",
-                    timeout=timeout,
-                    variable_timeout=variable_timeout,
-                    files=copied,
-                )
-                parent = saved.manifest["parent"]
-                session._seq = max(session._seq, int(parent.get("cells", 0)))
-                how = (
-                    f"restored from checkpoint {saved.path} (made {saved.created} from work dir "
-                    f"{parent.get('work_dir')}, transcript {parent.get('transcript')})"
-                )
-                session._transcript.add(note_cell(_checkpoint.note(report, how=how)))
-                await session._transcript.flush()
-        except BaseException:
-            await session.close()
-            raise
-        session.restore_report = report
-        return session
+        return await restore_session(
+            cls,
+            checkpoint,
+            work_dir,
+            timeout=timeout,
+            variable_timeout=variable_timeout,
+            options=options,
+        )
 
     async def fork(self, work_dir: str | Path | None = None, *, wait: bool = True) -> AsyncSession:
         """A new, independent session holding a copy of this one's live state.
@@ -575,34 +552,7 @@ class AsyncSession:
 
     async def _restart_keeping_state(self) -> RestoreReport:
         """Checkpoint, restart, restore; the lock is held."""
-        folder = Path(tempfile.mkdtemp(prefix="kernelexec-keep-"))
-        try:
-            saved = await self._checkpoint_now(folder, False, 300.0, 30.0)
-            await self._backend.restart()
-            try:
-                report = await _checkpoint.load_into(
-                    self._backend,
-                    saved,
-                    work_dir=self.work_dir,
-                    kernel_dir=self._kernel_dir(),
-                    on_mismatch="skip",
-                    timeout=300.0,
-                    variable_timeout=30.0,
-                )
-            except CheckpointError as exc:
-                self._transcript.add(
-                    note_cell(f"*kernelexec: kernel restarted on request; {_STATE_LOST}: {exc}*")
-                )
-                await self._transcript.flush()
-                raise
-        finally:
-            await asyncio.to_thread(shutil.rmtree, folder, True)
-        report = dataclasses.replace(report, checkpoint="")
-        self._transcript.add(
-            note_cell(_checkpoint.note(report, how="kernel restarted on request, state kept"))
-        )
-        await self._transcript.flush()
-        return report
+        return await restart_keeping_state(self)
 
     async def _execute(
         self,
@@ -707,7 +657,7 @@ class AsyncSession:
                 else "Call restart() to start a new kernel."
             )
             notes.append(
-                f"The kernel died ({reason}) while running this code; {_STATE_LOST}. {then}"
+                f"The kernel died ({reason}) while running this code; {STATE_LOST}. {then}"
             )
             self._kernel_up = False
             if self.auto_restart:
@@ -719,7 +669,7 @@ class AsyncSession:
         if outcome.needs_restart:
             notes.append(
                 f"{what}; the kernel did not stop within {self.interrupt_grace:g} s of an "
-                f"interrupt, so it was restarted and {_STATE_LOST}."
+                f"interrupt, so it was restarted and {STATE_LOST}."
             )
             self._kernel_up = False
             self._schedule_restart()
@@ -775,7 +725,7 @@ class AsyncSession:
         if await self._backend.is_alive():
             return None
         reason = self._backend.exit_reason() or "cause unknown"
-        said = f"The kernel had died since the last execution ({reason}); {_STATE_LOST}."
+        said = f"The kernel had died since the last execution ({reason}); {STATE_LOST}."
         if not self.auto_restart:
             self._dead = said
             return None
@@ -819,48 +769,6 @@ def _prepare_work_dir(work_dir: str | Path | None) -> Path:
     except OSError as exc:
         raise ConfigurationError(f"cannot create work_dir {path}: {exc}") from exc
     return path
-
-
-def _check_code(
-    code: object, language: str | None, normalized: str | None, limits: Limits
-) -> tuple[str, ExecutionResult | None]:
-    """The code as text, and the refusal if it must not reach the kernel."""
-    shown = normalized or "python"
-    if isinstance(code, bytes):
-        try:
-            code = code.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return "", refusal(
-                "InvalidInput", f"code is not valid UTF-8 ({exc}); nothing was run", language=shown
-            )
-    if not isinstance(code, str):
-        return "", refusal(
-            "InvalidInput", f"code must be text, not {type(code).__name__}", language=shown
-        )
-    if normalized is None:
-        return code, refusal(
-            "UnsupportedLanguage",
-            f"cannot run {language!r} code; supported: {', '.join(SUPPORTED_LANGUAGES)}. "
-            "Nothing was run.",
-            language=str(language),
-        )
-    try:
-        code.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return "", refusal(
-            "InvalidInput",
-            f"code is not valid Unicode text ({exc.reason} at "
-            f"position {exc.start}); nothing was run",
-            language=shown,
-        )
-    if len(code) > limits.max_code_chars:
-        return "", refusal(
-            "InvalidInput",
-            f"code is {len(code):,} characters, over the limit of "
-            f"{limits.max_code_chars:,} (Limits.max_code_chars); nothing was run",
-            language=shown,
-        )
-    return code, None
 
 
 def _cancelled(language: str) -> ExecutionResult:
