@@ -61,6 +61,9 @@ async def test_a_fork_holds_the_parents_state_and_its_own_files(tmp_path: Path) 
             assert child.fork_report is not None and child.fork_report.method == "fork"
             answer = await probe(child)
             assert answer == [[0, 1, 2, 3, 4], 6, 3, True, "kept", 7, str(tmp_path / "child")]
+            # The shell carries on: its count and history are the parent's so far.
+            history = await child.execute("print(len(In), In[2][:4])")
+            assert history.execution_count == 4 and history.stdout == "5 open\n", history
             assert (tmp_path / "child" / "notes.txt").read_text() == "from the parent"
             assert (await child.execute("print(open('notes.txt').read())")).stdout.strip() == (
                 "from the parent"

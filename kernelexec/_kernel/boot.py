@@ -55,11 +55,12 @@ def main() -> None:
     start_app()
 
 
-def start_app(user_ns: dict[str, Any] | None = None, after_init: Any = None) -> None:
+def start_app(after_init: Any = None) -> None:
     """Runs ipykernel's app, tuned, on the connection file in ``sys.argv``.
 
     A fork of this kernel (``fork.py``) comes back here in the child, with the
-    old app unwound, and runs a new app over the old user namespace.
+    old app unwound, and runs a new app around the old shell; ``after_init``
+    is then called with the new app before it starts.
     """
     try:
         from ipykernel import kernelapp
@@ -80,8 +81,6 @@ def start_app(user_ns: dict[str, Any] | None = None, after_init: Any = None) -> 
     app = load("exits").kept_app(caps.capped_app(load("guard").guarded_app(kernelapp.IPKernelApp)))
     try:
         instance = app.instance()
-        if user_ns is not None:
-            instance.user_ns = user_ns
         instance.initialize()
         fork.install(instance.kernel)
         if after_init is not None:

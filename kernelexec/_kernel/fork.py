@@ -15,8 +15,9 @@ The handler forks:
   descriptors behind them are never touched again, nor closed: they are
   shared with this kernel), becomes a supervised kernel of its own like any
   other (``guard.protect``) and starts a new ipykernel app on the owner's new
-  connection file, whose shell takes over the old user namespace: every
-  variable, import, function and class, copy-on-write.
+  connection file around the old shell, which keeps its user namespace (every
+  variable, import, function and class, copy-on-write), history, execution
+  count and hooks.
 
 Request: ``{"connection_file", "cwd", "owner", "status_file", "stderr_file"}``.
 """
@@ -95,14 +96,13 @@ def become_fork(error: BecomeFork, load: Any, start_app: Any) -> None:
     if owner_fd is not None:
         os.close(owner_fd)  # only the supervisor watches the owner
     load("streams").forget_streams()
-    _clear_singletons(getattr(app, "kernel", None), shell, app)
+    # The shell stays: the new kernel's instance() finds it, with its user
+    # namespace, history, count and hooks, and nothing has to be made again.
+    _clear_singletons(getattr(app, "kernel", None), app)
     # The old loop's epoll set is shared with the parent kernel: a new one.
     asyncio.set_event_loop(asyncio.new_event_loop())
     sys.argv = [sys.argv[0], "-f", request["connection_file"]]
-    start_app(
-        user_ns=shell.user_ns if shell is not None else None,
-        after_init=functools.partial(_take_over, shell),
-    )
+    start_app(after_init=functools.partial(_take_over, shell))
 
 
 def _old_kernel() -> tuple[Any, Any]:
@@ -122,33 +122,13 @@ def _clear_singletons(*objects: Any) -> None:
             type(obj).clear_instance()
 
 
-def _take_over(old: Any, app: Any) -> None:
-    """The new shell carries on where the old one was: count, history, inline figures."""
-    shell = getattr(getattr(app, "kernel", None), "shell", None)
-    if old is None or shell is None:
+def _take_over(shell: Any, app: Any) -> None:
+    """The kept shell now belongs to the new kernel (which set its new sockets on it)."""
+    kernel = getattr(app, "kernel", None)
+    if shell is None or kernel is None:
         return
-    shell.execution_count = old.execution_count
-    with contextlib.suppress(Exception):
-        history, before = shell.history_manager, old.history_manager
-        history.input_hist_parsed[:] = before.input_hist_parsed
-        history.input_hist_raw[:] = before.input_hist_raw
-        history.output_hist.update(before.output_hist)
-    inline = sys.modules.get("matplotlib_inline.backend_inline")
-    if inline is not None:
-        # Its post-execute hook and figure formats were set on the old shell
-        # when pyplot loaded; it remembers (on the function) that it did.
-        with contextlib.suppress(Exception):
-            import warnings
-
-            import matplotlib
-
-            kept = matplotlib.rcParams.copy()  # the user's settings, not the inline defaults
-            with contextlib.suppress(AttributeError):
-                del inline.configure_inline_support.current_backend
-            inline._enable_matplotlib_integration()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                matplotlib.rcParams.update(kept)
+    shell.kernel = kernel
+    shell.parent = kernel
 
 
 def _redirect(stderr_file: str | None) -> None:
