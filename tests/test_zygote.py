@@ -300,3 +300,37 @@ def test_serve_forks_kernels_unless_told_not_to(tmp_path: Path, flag: list[str])
             assert starters[-1] != server.proc.pid, starters
     finally:
         assert server.stop() == 0
+
+
+MANY_FDS = """
+import os, resource, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # past select()'s 1,024
+from kernelexec import Session
+deadline = time.monotonic() + 90
+while time.monotonic() < deadline:
+    with Session(sys.argv[1] + "/warm") as warm:
+        warm.execute("1")
+        if warm._async._backend.forked:
+            break
+with Session(sys.argv[1] + "/a") as session:
+    session.execute("x = 41")
+    with session.fork(sys.argv[1] + "/b") as fork:
+        print(session._async._backend.forked, fork.execute("print(x + 1)").stdout.strip())
+"""
+
+
+def test_an_owner_holding_many_descriptors_still_forks_kernels(tmp_path: Path) -> None:
+    # A server with a hundred sessions holds over 1,024 descriptors, past what
+    # select() takes: the zygote, the forked kernels and their clean-up do not use it.
+    done = subprocess.run(
+        [sys.executable, "-c", MANY_FDS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "KERNELEXEC_ZYGOTE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "42"], done.stdout
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]

@@ -308,8 +308,10 @@ def _readable(ws: websocket.WebSocket) -> bool:
         raise OSError("socket closed")
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
-    ready, _, _ = select.select([sock], [], [], _SELECT_SECONDS)
-    return bool(ready)
+    # poll, not select: a server holding many sessions has descriptors past 1,024.
+    watch = select.poll()
+    watch.register(sock.fileno(), select.POLLIN)
+    return bool(watch.poll(_SELECT_SECONDS * 1000))
 
 
 def _still_open(ws: websocket.WebSocket) -> bool:

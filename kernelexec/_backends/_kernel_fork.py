@@ -9,10 +9,11 @@ pid), and its exit status from the file its supervisor writes as it ends
 from __future__ import annotations
 
 import os
-import select
 import signal
 import time
 from pathlib import Path
+
+from .._kernel.fork import ended
 
 __all__ = ["KernelFork"]
 
@@ -29,7 +30,7 @@ class KernelFork:
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        if self._pidfd is None or not select.select([self._pidfd], [], [], 0)[0]:
+        if self._pidfd is None or not ended(self._pidfd):
             return None
         deadline = time.monotonic() + _STATUS_WAIT
         while True:

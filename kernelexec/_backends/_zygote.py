@@ -26,7 +26,6 @@ import itertools
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -40,6 +39,7 @@ from typing import IO, Any
 
 from .._environment import zygote_enabled
 from .._kernel import ZYGOTE_SCRIPT
+from .._kernel.fork import ended
 from .._kernel.guard import end_tree
 
 __all__ = ["ForkedKernel", "Zygote", "zygote_for"]
@@ -71,7 +71,7 @@ class ForkedKernel:
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        if self._pidfd is None or not select.select([self._pidfd], [], [], 0)[0]:
+        if self._pidfd is None or not ended(self._pidfd):
             return None
         self.returncode = self._zygote.exit_status(self.pid, _RELEASED_STATUS_WAIT)
         return self.returncode

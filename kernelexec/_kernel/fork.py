@@ -169,7 +169,13 @@ def pidfd(pid: int) -> int | None:
 
 
 def ended(fd: int) -> bool:
-    """Whether the process behind pidfd ``fd`` has ended."""
+    """Whether the process behind pidfd ``fd`` has ended.
+
+    ``poll``, not ``select``: a server holding many sessions has descriptors
+    past select's limit of 1,024.
+    """
     import select
 
-    return bool(select.select([fd], [], [], 0)[0])
+    watch = select.poll()
+    watch.register(fd, select.POLLIN)
+    return bool(watch.poll(0))

@@ -122,8 +122,12 @@ def _serve(channel: socket.socket, boot: Any, owner: int, owner_fd: int | None) 
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up fd hears it
     children: set[int] = set()  # forked, not yet reported as exited
     released: set[int] = set()  # the owner is done with them: reap once they end
+    # poll, not select: the owner may hold descriptors past select's 1,024.
+    watch = select.poll()
+    watch.register(channel.fileno(), select.POLLIN)
+    watch.register(wake_r, select.POLLIN)
     while True:
-        readable, _, _ = select.select([channel.fileno(), wake_r], [], [], 0.5)
+        readable = {fd for fd, _ in watch.poll(500)}
         if os.getppid() != owner:
             os._exit(0)
         if wake_r in readable:
