@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import nbformat
-
 from . import _workdir
 from ._backends import LocalBackend
 from ._exceptions import ConfigurationError, KernelStartError, SessionBusyError
@@ -171,6 +169,8 @@ def _begin_transcript(child: AsyncSession, parent: AsyncSession, report: ForkRep
 
 
 def _cells_of(path: Path) -> list[dict[str, Any]]:
+    import nbformat  # here: it imports jsonschema, most of a second nobody else pays for
+
     try:
         notebook = nbformat.read(str(path), as_version=4)
     except (OSError, ValueError):
