@@ -1,6 +1,7 @@
 """``python -m bench [--quick] [--rounds N] [--only IMPL] [--scenarios S] [--skip-peers]``.
 
-``--executions N`` sets the fidelity scenario's length (``bench/fidelity.py``).
+``--executions N`` sets the fidelity scenario's length (``bench/fidelity.py``);
+``--density N`` how many sessions the density scenario asks for.
 
 Every (implementation, scenario) pair runs in a fresh process, one at a time,
 so the measurements do not share memory, caches or a CPU with each other.
@@ -46,6 +47,12 @@ class Row:
     # n is how many samples, shared out over the rounds (not a size, like the
     # executions per session of the concurrent scenario)
     samples_n: bool = True
+    fmt: str = ".3g"
+
+
+# Scenarios run in the first round only: one pass gives their figure (and
+# density fills most of the machine's memory, which is not done three times).
+ONCE = ("idle-memory", "density")
 
 
 def _p(q: float) -> Callable[[dict[str, Any]], float]:
@@ -76,6 +83,53 @@ def _if_delivered(
 
 ALL = ("raw", "kernelexec", "kernelexec-pooled", "autogen", "ag2")
 REMOTE = ("kernelexec-http", "kernelexec-gateway", "kernelexec-docker")
+# kernelexec-spawn: kernelexec with its kernel zygote off (KERNELEXEC_ZYGOTE=0), data-stack rows
+COLUMNS = ("raw", "kernelexec", "kernelexec-spawn", *ALL[2:], *REMOTE)
+DATASTACK = ("raw", "kernelexec", "kernelexec-spawn", "autogen", "ag2")
+
+
+def _forked(result: dict[str, Any]) -> str:
+    forked = result["forked"]
+    return f"{sum(forked)} of {len(forked)}"
+
+
+def _zygote(result: dict[str, Any]) -> float | str:
+    if "zygote_pss_mb" not in result:
+        return "no zygote"
+    return f"USS {result['zygote_uss_mb']:.3g} MB, PSS {result['zygote_pss_mb']:.3g} MB"
+
+
+def _per_session(key: str) -> Callable[[dict[str, Any]], float | str]:
+    def value(result: dict[str, Any]) -> float | str:
+        return float(result[key]) / result["held"] if result["held"] else "none held"
+
+    return value
+
+
+def _within_1s(result: dict[str, Any]) -> str:
+    return f"{int(result['within_1s']):,} of {int(result['held']):,}"
+
+
+def _created_p50(result: dict[str, Any]) -> float | str:
+    return _p(0.5)({"samples": result["created"]}) if result["created"] else "none held"
+
+
+def _density(
+    title: str, value: Callable[[dict[str, Any]], float | str], unit: str = "", **options: Any
+) -> Row:
+    return Row(
+        f"density: {title}",
+        "density",
+        ("raw", "kernelexec"),
+        value,
+        unit,
+        full_n=1000,
+        quick_n=10,
+        samples_n=False,
+        **options,
+    )
+
+
 ROWS = [
     Row("session ready (create -> 1+1) p50", "ready", ALL, _p(0.5), "ms", full_n=20, quick_n=3),
     Row("session ready (create -> 1+1) p99", "ready", ALL, _p(0.99), "ms", full_n=20, quick_n=3),
@@ -149,7 +203,162 @@ ROWS = [
         full_n=20_000,
         quick_n=2_000,
     ),
+    # Issue #19: the data stack (numpy, pandas, matplotlib) preloaded, no pool.
+    Row(
+        "cold data-stack (create -> DataFrame probe) p50",
+        "cold-datastack",
+        DATASTACK,
+        _p(0.5),
+        "ms",
+        full_n=20,
+        quick_n=3,
+    ),
+    Row(
+        "cold data-stack (create -> DataFrame probe) p99",
+        "cold-datastack",
+        DATASTACK,
+        _p(0.99),
+        "ms",
+        full_n=20,
+        quick_n=3,
+    ),
+    Row(
+        "cold data-stack: kernels forked from a zygote",
+        "cold-datastack",
+        ("kernelexec", "kernelexec-spawn"),
+        _forked,
+        "",
+        full_n=20,
+        quick_n=3,
+    ),
+    Row(
+        "idle data-stack session USS (mean of 20 live, quick 3)",
+        "idle-memory",
+        DATASTACK,
+        lambda r: float(r["uss_mb"]),
+        "MB",
+        full_n=20,
+        quick_n=3,
+        samples_n=False,
+    ),
+    Row(
+        "idle data-stack session PSS (mean of 20 live, quick 3)",
+        "idle-memory",
+        DATASTACK,
+        lambda r: float(r["pss_mb"]),
+        "MB",
+        full_n=20,
+        quick_n=3,
+        samples_n=False,
+    ),
+    Row(
+        "idle data-stack: kernels forked from a zygote",
+        "idle-memory",
+        ("kernelexec", "kernelexec-spawn"),
+        _forked,
+        "",
+        full_n=20,
+        quick_n=3,
+        samples_n=False,
+    ),
+    Row(
+        "idle data-stack: the zygote itself (once, shared by all)",
+        "idle-memory",
+        ("kernelexec",),
+        _zygote,
+        "",
+        full_n=20,
+        quick_n=3,
+        samples_n=False,
+    ),
+    _density("sessions held", lambda r: float(r["held"]), "", lower_is_better=False, fmt=",.0f"),
+    _density("where it stopped", lambda r: str(r["stop"])),
+    _density("kernels forked from a zygote", lambda r: f"{r['forked']:,} of {r['held']:,}"),
+    _density("create -> DataFrame built p50", _created_p50, "ms"),
+    _density("memory used (MemAvailable drop)", lambda r: float(r["mem_drop_mb"]) / 1024, "GB"),
+    _density("memory used per session (MemAvailable drop)", _per_session("mem_drop_mb"), "MB"),
+    _density("PSS of the owner's process tree", lambda r: float(r["tree_pss_mb"]) / 1024, "GB"),
+    _density("PSS per session (the tree's / sessions)", _per_session("tree_pss_mb"), "MB"),
+    _density("last answer (df.shape) p50", _p(0.5), "ms"),
+    _density("last answer (df.shape) p99", _p(0.99), "ms"),
+    _density("answered within 1 s", _within_1s),
+    # Issue #15 (bench/state.py): a copy of a live session's state. raw has no
+    # fork: its row is what an agent does instead, a new kernel re-running the code.
+    Row(
+        "fork -> the copy's first result p50",
+        "fork",
+        ("raw", "kernelexec"),
+        _p(0.5),
+        "ms",
+        full_n=20,
+        quick_n=3,
+    ),
+    Row(
+        "fork -> the copy's first result p99",
+        "fork",
+        ("raw", "kernelexec"),
+        _p(0.99),
+        "ms",
+        full_n=20,
+        quick_n=3,
+    ),
+    Row(
+        "fork: the copy's private memory (USS) p50",
+        "fork",
+        ("kernelexec",),
+        lambda r: float(statistics.median(r["private_mb"])),
+        "MB",
+        full_n=20,
+        quick_n=3,
+    ),
+    Row(
+        "fork, parent holding 1 GiB -> first result p50",
+        "fork-1gb",
+        ("raw", "kernelexec"),
+        _p(0.5),
+        "ms",
+        full_n=10,
+        quick_n=2,
+    ),
+    Row(
+        "fork, parent holding 1 GiB: the copy's USS p50",
+        "fork-1gb",
+        ("kernelexec",),
+        lambda r: float(statistics.median(r["private_mb"])),
+        "MB",
+        full_n=10,
+        quick_n=2,
+    ),
+    Row(
+        "checkpoint a 100 MB DataFrame p50",
+        "checkpoint",
+        ("raw", "kernelexec"),
+        _p(0.5),
+        "ms",
+        full_n=5,
+        quick_n=1,
+    ),
+    Row(
+        "restore it (new session -> first result) p50",
+        "checkpoint",
+        ("raw", "kernelexec"),
+        lambda r: float(statistics.median(r["restore"])) * 1000,
+        "ms",
+        full_n=5,
+        quick_n=1,
+    ),
+    Row(
+        "checkpoint throughput",
+        "checkpoint",
+        ("raw", "kernelexec"),
+        lambda r: float(r["mb"]) / float(statistics.median(r["samples"])),
+        "MB/s",
+        full_n=5,
+        quick_n=1,
+        lower_is_better=False,
+    ),
 ]
+STATE = ("fork", "fork-1gb", "checkpoint")  # run by bench/state.py
 
 
 def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -172,12 +381,17 @@ def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
         return f"no environment: {exc!r}"[:120]
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     script = "fidelity.py" if scenario == "fidelity" else "worker.py"
+    if scenario in STATE:
+        script = "state.py"
+    extra = {"fidelity": n // 10, "density": 3 * n}.get(scenario, 0)
     try:
         proc = subprocess.run(
             [python, str(HERE / script), impl, scenario, str(n)],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            # density says how far it got as it goes; the others' stderr is only their failure
+            stderr=None if scenario == "density" else subprocess.PIPE,
             text=True,
-            timeout=900 + (n // 10 if scenario == "fidelity" else 0),
+            timeout=900 + extra,
             env=env,
         )
     except subprocess.TimeoutExpired:
@@ -186,7 +400,7 @@ def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
         if line.startswith("BENCH-RESULT "):
             result: dict[str, Any] = json.loads(line.split(" ", 1)[1])
             return result
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    tail = ((proc.stderr or "").strip().splitlines() or ["no output"])[-1]
     return f"failed: {tail[:120]}"
 
 
@@ -207,9 +421,16 @@ def main() -> int:
     parser.add_argument(
         "--executions", type=int, help="fidelity: executions in all (default 20,000, quick 2,000)"
     )
+    parser.add_argument(
+        "--density",
+        type=int,
+        metavar="N",
+        help="density: data-stack sessions to ask for (default 1,000, quick 10); it stops "
+        "earlier at a failure or when MemAvailable falls under 3 GB",
+    )
     args = parser.parse_args()
     rounds = max(1, args.rounds or (1 if args.quick else 3))
-    wanted = set(args.only or ALL + REMOTE) | {BASELINE}
+    wanted = set(args.only or COLUMNS) | {BASELINE}
     if args.skip_peers:
         wanted -= set(peers.PEERS)
 
@@ -221,10 +442,14 @@ def main() -> int:
                 n = row.quick_n if args.quick else row.full_n
                 if row.scenario == "fidelity" and args.executions:
                     n = args.executions
+                if row.scenario == "density" and args.density:
+                    n = args.density
                 pairs[(impl, row.scenario)] = -(-n // rounds) if row.samples_n else n
     outcomes: dict[tuple[str, str], list[dict[str, Any] | str]] = {key: [] for key in pairs}
     for round_ in range(1, rounds + 1):
         for (impl, scenario), n in pairs.items():
+            if round_ > 1 and scenario in ONCE:
+                continue
             print(
                 f"[bench] round {round_}/{rounds}: {impl} {scenario} x{n}",
                 file=sys.stderr,
@@ -244,7 +469,8 @@ def main() -> int:
             values[impl] = row.value(merge(good)) if good else failed
         table.append((row, values))
 
-    impls = [i for i in ALL + REMOTE if i in wanted]
+    # Columns with a figure in some row (the data-stack rows have one of their own).
+    impls = [i for i in COLUMNS if i in wanted and any(i in values for _, values in table)]
     text = render(table, impls)
     print(text)
     if not args.quick and not args.scenarios:
@@ -266,9 +492,10 @@ def render(table: list[tuple[Row, dict[str, float | str]]], impls: list[str]) ->
             elif isinstance(value, str):
                 cells.append(value)
             elif isinstance(base, float) and base > 0 and impl != BASELINE:
-                cells.append(f"{value:.3g} {row.unit} ({value / base:.2f}x)")
+                figure = f"{value:{row.fmt}} {row.unit}".rstrip()
+                cells.append(f"{figure} ({value / base:.2f}x)")
             else:
-                cells.append(f"{value:.3g} {row.unit}")
+                cells.append(f"{value:{row.fmt}} {row.unit}".rstrip())
         lines.append(f"| {row.title} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -303,7 +530,29 @@ def results_page(table: str, args: argparse.Namespace) -> str:
         "- fidelity: executions whose outputs differ from what the code wrote (order, "
         "splits, losses), next to two CPU burners; raw reads IOPub as a notebook does "
         "(`bench/fidelity.py`).\n"
+        f"{DATASTACK_NOTES}"
     )
+
+
+DATASTACK_NOTES = (
+    "- Data-stack rows (issue #19): `import numpy, pandas, matplotlib` preloaded, no pool. "
+    "kernelexec is the default, its kernel zygote on (the worker first opens sessions, "
+    "untimed, until one's kernel comes forked from the zygote); kernelexec-spawn is "
+    "kernelexec with `KERNELEXEC_ZYGOTE=0`; raw starts a kernel, imports the stack and runs "
+    "the probe.\n"
+    "- Idle data-stack memory: each session's kernel process tree (kernelexec: the "
+    "supervisor and the kernel below it), 20 sessions live, each holding a DataFrame. PSS "
+    "splits a shared page among the processes mapping it, so a forked kernel's PSS falls "
+    "as more kernels share the zygote's pages; the zygote's own memory is counted once, in "
+    "its own row, for all its kernels.\n"
+    "- density: kernelexec is one `kernelexec serve --preload ...` process on 127.0.0.1 and "
+    "its sessions over HTTP; raw is jupyter_client kernels held by the bench process. Each "
+    "session builds a 1,000-row DataFrame; then each in turn answers `df.shape`. It stops at "
+    "the first failure, or before MemAvailable falls under 3 GB (a shared machine: never "
+    "into swap or the OOM killer). The MemAvailable drop is the whole machine's, other "
+    "processes included; PSS is the owner's process tree (server or bench process, zygote, "
+    "supervisors, kernels).\n"
+)
 
 
 def _rounds_note(args: argparse.Namespace) -> str:

@@ -18,13 +18,20 @@ VENVS = HERE / ".venvs"
 ROOT = HERE.parent
 
 ENVS: dict[str, list[str]] = {
-    "kernelexec": ["-e", str(ROOT), "matplotlib", "numpy", "httpx"],
-    "autogen": ["autogen-ext[jupyter-executor]>=0.7,<0.8", "autogen-core>=0.7,<0.8", "matplotlib"],
-    "ag2": ["ag2[jupyter-executor]>=0.14,<0.15", "matplotlib"],
+    # pandas: the data-stack scenarios (issue #19) preload numpy, pandas and matplotlib
+    "kernelexec": ["-e", str(ROOT), "matplotlib", "numpy", "pandas", "httpx"],
+    "autogen": [
+        "autogen-ext[jupyter-executor]>=0.7,<0.8",
+        "autogen-core>=0.7,<0.8",
+        "matplotlib",
+        "pandas",
+    ],
+    "ag2": ["ag2[jupyter-executor]>=0.14,<0.15", "matplotlib", "pandas"],
 }
 IMPL_ENV = {
     "raw": "kernelexec",
     "kernelexec": "kernelexec",
+    "kernelexec-spawn": "kernelexec",
     "kernelexec-pooled": "kernelexec",
     "kernelexec-http": "kernelexec",
     "kernelexec-gateway": "kernelexec",

@@ -11,14 +11,23 @@ import asyncio
 import json
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 PRELOAD = "import numpy, matplotlib.pyplot"
+# Issue #19's data-stack kernel: its preload, the probe a new session answers,
+# and the DataFrame each live session holds.
+DATASTACK = "import numpy, pandas, matplotlib"
+PROBE = "pandas.DataFrame({'a': [1]}).shape"
+BUILD = "df = pandas.DataFrame({'a': range(1000), 'b': [str(i) for i in range(1000)]})"
+MEMORY_FLOOR = 3 << 30  # bytes of MemAvailable: density stops before the machine runs short
+ZYGOTE_WAIT = 180.0  # seconds for a configuration's zygote to import the data stack
 FLOOD_LINES = 100_000
 FLOOD_LINE = "x" * 99 + "\n"
 FLOOD = f"import sys\nfor _ in range({FLOOD_LINES}): sys.stdout.write({FLOOD_LINE!r})"
@@ -28,7 +37,7 @@ FIGURE = "plt.figure(); plt.plot(range(100), [i * i for i in range(100)]); plt.s
 class Impl:
     """An execution engine as an agent would use it: open, run code, close."""
 
-    def __init__(self, work_dir: Path, preload: bool = False) -> None:
+    def __init__(self, work_dir: Path, preload: str | None = None) -> None:
         self.work_dir = work_dir
         self.preload = preload
 
@@ -45,6 +54,14 @@ class Impl:
         out = await self.run("import os; print(os.getpid())")
         return int(out.strip().splitlines()[-1])
 
+    async def tree_root(self) -> int:
+        """The process whose tree is this session's kernel (its memory is the tree's)."""
+        return await self.kernel_pid()
+
+    def forked(self) -> bool:
+        """Whether the kernel was forked from a zygote."""
+        return False
+
     def delivered(self, out: str) -> str:
         """All the output the last run delivered to its caller, where the caller can read it."""
         return out
@@ -57,10 +74,16 @@ class Kernelexec(Impl):
     async def open(self) -> None:
         import kernelexec
 
-        self.s = kernelexec.AsyncSession(
-            self.work_dir, pool=self.pool, preload=PRELOAD if self.preload else None
-        )
+        self.s = kernelexec.AsyncSession(self.work_dir, pool=self.pool, preload=self.preload)
         await self.s.start()
+
+    async def tree_root(self) -> int:
+        # The backend's process is the kernel's supervisor; the kernel is its child.
+        process = getattr(self.s._backend, "_process", None)
+        return int(process.pid) if process is not None else await self.kernel_pid()
+
+    def forked(self) -> bool:
+        return bool(getattr(self.s._backend, "forked", False))
 
     async def run(self, code: str) -> str:
         self.last = await self.s.execute(code)
@@ -82,6 +105,7 @@ class _Service:
     proc: Any = None
     url = ""
     token = "bench-token-0123456789"
+    log: Any = None  # the server's stderr, for the cause when it fails
 
     @classmethod
     def ensure(cls, *command: str) -> str:
@@ -90,11 +114,12 @@ class _Service:
         import subprocess
 
         argv = [sys.executable, "-m", "kernelexec", *command, "--token", cls.token]
+        cls.log = tempfile.TemporaryFile()
         if command[0] == "serve":
             # It binds a free port itself and prints its URL once it listens: no
             # port chosen here that another process could take first.
             cls.proc = subprocess.Popen(
-                [*argv, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+                [*argv, "--port", "0"], stdout=subprocess.PIPE, stderr=cls.log, text=True
             )
             line = cls.proc.stdout.readline()  # "kernelexec: serving http://127.0.0.1:PORT (...)"
             if "serving" not in line:
@@ -110,7 +135,7 @@ class _Service:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         cls.proc = subprocess.Popen(
-            [*argv, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [*argv, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=cls.log
         )
         cls.url = f"http://127.0.0.1:{port}"
         for _ in range(600):
@@ -122,13 +147,31 @@ class _Service:
         return cls.url
 
     @classmethod
-    def stop(cls) -> None:
+    def said(cls) -> str:
+        """The last line the server wrote to stderr, if any."""
+        if cls.log is None:
+            return ""
+        cls.log.seek(0)
+        lines = cls.log.read().decode("utf-8", "replace").strip().splitlines()
+        return lines[-1][:300] if lines else ""
+
+    @classmethod
+    def stop(cls, wait: float = 60) -> None:
+        import subprocess
+
         if cls.proc is not None:
-            cls.proc.terminate()
-            cls.proc.wait(60)
+            cls.proc.terminate()  # it shuts every kernel down first
+            try:
+                cls.proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                cls.proc.kill()  # its kernels' supervisors see their owner gone
+                cls.proc.wait(60)
             if cls.proc.stdout is not None:
                 cls.proc.stdout.close()
             cls.proc = None
+        if cls.log is not None:
+            cls.log.close()
+            cls.log = None
 
 
 class KernelexecHTTP(Impl):
@@ -185,7 +228,7 @@ class Raw(Impl):
         self.kc.start_channels()
         await self.kc.wait_for_ready(timeout=60)
         if self.preload:
-            await self.run(PRELOAD)
+            await self.run(self.preload)
 
     async def run(self, code: str) -> str:
         msg_id = self.kc.execute(code)
@@ -214,7 +257,7 @@ class AutoGen(Impl):
         self.ex = JupyterCodeExecutor(kernel_name="python3", timeout=120, output_dir=self.work_dir)
         await self.ex.start()
         if self.preload:
-            await self.run(PRELOAD)
+            await self.run(self.preload)
 
     async def run(self, code: str) -> str:
         from autogen_core import CancellationToken
@@ -243,7 +286,7 @@ class AG2(Impl):
 
         await asyncio.to_thread(start)
         if self.preload:
-            await self.run(PRELOAD)
+            await self.run(self.preload)
 
     async def run(self, code: str) -> str:
         def run() -> str:
@@ -257,8 +300,21 @@ class AG2(Impl):
 
     async def close(self) -> None:
         def stop() -> None:
+            import signal
+            import subprocess
+
             self.ex.stop()
-            self.server.stop()
+            # LocalJupyterServer.stop() sends its Kernel Gateway SIGINT and waits
+            # with no limit; here the gateway often never exits on it (whole bench
+            # runs hung there). The same signal, then SIGTERM, which it obeys.
+            process = self.server._subprocess
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:
+                    process.terminate()
+                    process.wait(30)
 
         await asyncio.to_thread(stop)
 
@@ -274,6 +330,7 @@ def _free_port() -> int:
 
 IMPLS: dict[str, type[Impl]] = {
     "kernelexec": Kernelexec,
+    "kernelexec-spawn": Kernelexec,
     "kernelexec-pooled": Kernelexec,
     "kernelexec-http": KernelexecHTTP,
     "kernelexec-gateway": KernelexecGateway,
@@ -293,32 +350,70 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def smaps(pid: int) -> dict[str, float]:
-    """USS and PSS of a process and all its descendants, in MB."""
-    pids = [pid]
-    for p in pids:
+def process_children() -> dict[int, list[int]]:
+    """Every living process's children, from one scan of /proc (zombies left out)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            children = []
-        pids.extend(int(c) for c in children)
+            fields = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone since the listing
+        if fields[0] not in (b"Z", b"X"):
+            children.setdefault(int(fields[1]), []).append(int(name))
+    return children
+
+
+def process_tree(root: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """``root`` and every process below it (any depth, not only the first thread's children)."""
+    children = process_children() if children is None else children
+    found = [root]
+    for pid in found:
+        found.extend(children.get(pid, ()))
+    return found
+
+
+def parent_of(pid: int) -> int:
+    """``pid``'s parent, or 0 if it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError):
+        return 0
+
+
+def rollup(pids: list[int]) -> dict[str, float]:
+    """USS and PSS of these processes together, in MB, from /proc/PID/smaps_rollup."""
     uss = pss = 0
     for p in pids:
         try:
-            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
+            text = Path(f"/proc/{p}/smaps_rollup").read_text()
         except OSError:
             continue
-        fields = {line.split(":")[0]: int(line.split()[1]) for line in rollup.splitlines()[1:]}
+        fields = {line.split(":")[0]: int(line.split()[1]) for line in text.splitlines()[1:]}
         uss += fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
         pss += fields.get("Pss", 0)
     return {"uss_mb": uss / 1024, "pss_mb": pss / 1024}
+
+
+def smaps(pid: int) -> dict[str, float]:
+    """USS and PSS of a process and all its descendants, in MB."""
+    return rollup(process_tree(pid))
+
+
+def mem_available() -> int:
+    """The kernel's estimate of memory available without swapping, in bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise SystemExit("no MemAvailable in /proc/meminfo")
 
 
 async def scenario(name: str, impl_name: str, n: int, root: Path) -> dict[str, Any]:
     cls = IMPLS[impl_name]
     counter = iter(range(1_000_000))
 
-    def new(preload: bool = False) -> Impl:
+    def new(preload: str | None = None) -> Impl:
         work = root / f"w{next(counter)}"
         work.mkdir()
         return cls(work, preload)
@@ -397,7 +492,7 @@ async def scenario(name: str, impl_name: str, n: int, root: Path) -> dict[str, A
         return {"samples": [elapsed], "executions": sessions * per}
 
     if name in ("idle", "idle_preload"):
-        impl = new(preload=name == "idle_preload")
+        impl = new(PRELOAD if name == "idle_preload" else None)
         await impl.open()
         pid = await impl.kernel_pid()
         await asyncio.sleep(1.0)
@@ -405,7 +500,230 @@ async def scenario(name: str, impl_name: str, n: int, root: Path) -> dict[str, A
         await impl.close()
         return {"samples": [0.0], **memory}
 
+    if name == "cold-datastack":
+        return await cold_datastack(impl_name, n, new)
+    if name == "idle-memory":
+        return await idle_memory(impl_name, n, new)
+    if name == "density":
+        return await density(impl_name, n, root)
     raise SystemExit(f"unknown scenario {name}")
+
+
+async def warm_zygote(new: Callable[[str | None], Impl]) -> None:
+    """Opens data-stack sessions (untimed) until one's kernel is forked from a zygote.
+
+    A configuration's first kernel starts the usual way while its zygote
+    imports the preload in the background; the measurement is of the kernels
+    after that.
+    """
+    deadline = time.monotonic() + ZYGOTE_WAIT
+    while True:
+        impl = new(DATASTACK)
+        await impl.open()
+        await impl.run("1")
+        forked = impl.forked()
+        await impl.close()
+        if forked:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no data-stack kernel was forked within {ZYGOTE_WAIT:.0f} s")
+        await asyncio.sleep(0.5)
+
+
+async def cold_datastack(
+    impl_name: str, n: int, new: Callable[[str | None], Impl]
+) -> dict[str, Any]:
+    """Create -> the probe's result, the data stack preloaded, no pool."""
+    if impl_name == "kernelexec":
+        await warm_zygote(new)
+    samples: list[float] = []
+    forked: list[int] = []
+    for _ in range(n):
+        started = time.perf_counter()
+        impl = new(DATASTACK)
+        await impl.open()
+        out = await impl.run(PROBE)
+        samples.append(time.perf_counter() - started)
+        assert "(1, 1)" in out, out
+        forked.append(int(impl.forked()))
+        await impl.close()
+    return {"samples": samples, "forked": forked}
+
+
+async def idle_memory(impl_name: str, n: int, new: Callable[[str | None], Impl]) -> dict[str, Any]:
+    """USS and PSS per idle data-stack session, with ``n`` of them live, each holding a DataFrame.
+
+    A session's memory is its kernel's process tree (kernelexec: the
+    supervisor and the kernel below it). PSS shares each shared page out over
+    the processes mapping it, so it depends on how many sessions are live.
+    """
+    if impl_name == "kernelexec":
+        await warm_zygote(new)
+    impls: list[Impl] = []
+    roots: list[int] = []
+    try:
+        for _ in range(n):
+            impl = new(DATASTACK)
+            await impl.open()
+            impls.append(impl)
+            out = await impl.run(BUILD + "\ndf.shape")
+            assert "(1000, 2)" in out, out
+            roots.append(await impl.tree_root())
+        await asyncio.sleep(2.0)  # idle: whatever a start or an execution left running is done
+        children = process_children()
+        figures = [rollup(process_tree(root, children)) for root in roots]
+        result: dict[str, Any] = {
+            "samples": [0.0],
+            "uss_mb": statistics.mean(f["uss_mb"] for f in figures),
+            "pss_mb": statistics.mean(f["pss_mb"] for f in figures),
+            "forked": [int(i.forked()) for i in impls],
+        }
+        zygotes = {parent_of(root) for root, i in zip(roots, impls, strict=True) if i.forked()}
+        if zygotes:
+            # The zygote alone: its children are the sessions measured above.
+            result.update({f"zygote_{k}": v for k, v in rollup(sorted(zygotes)).items()})
+        return result
+    finally:
+        for impl in impls:
+            await impl.close()
+
+
+def raise_open_files() -> int:
+    """This process's (and its children's) soft limit on open files, raised to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+async def density(impl_name: str, n: int, root: Path) -> dict[str, Any]:
+    """Up to ``n`` live data-stack sessions, each holding a DataFrame; then each answers.
+
+    kernelexec: one ``kernelexec serve`` process (the data stack preloaded with
+    ``--preload``) and sessions over HTTP; raw: jupyter_client kernels held by
+    this process. Stops at the first failure, or before MemAvailable falls
+    under ``MEMORY_FLOOR`` (the machine is shared: never into swap or the OOM
+    killer). Memory is the owner's whole process tree (server, zygote,
+    supervisors, kernels) and the drop in MemAvailable.
+    """
+    open_files = raise_open_files()  # the server inherits it
+    before = mem_available()
+    sessions: list[Callable[[str], Awaitable[str]]] = []
+    closers: list[Callable[[], Awaitable[None]]] = []
+    created: list[float] = []
+    stop = ""
+    client: Any = None
+    if impl_name == "raw":
+        owner = os.getpid()
+    else:
+        import kernelexec
+
+        url = _Service.ensure(
+            "serve",
+            "--work-root",
+            str(root / "server"),
+            "--max-sessions",
+            str(n),
+            "--preload",
+            DATASTACK,
+            "--idle-timeout",
+            "0",
+        )
+        owner = _Service.proc.pid
+        client = kernelexec.AsyncClient(url, token=_Service.token, timeout=300)
+    try:
+        for i in range(n):
+            if mem_available() < MEMORY_FLOOR:
+                stop = f"stopped: MemAvailable under {MEMORY_FLOOR >> 30} GB"
+                break
+            started = time.perf_counter()
+            try:
+                run, close = await _open_datastack(impl_name, client, root / f"d{i}")
+                closers.append(close)
+                out = await run(BUILD + "\ndf.shape")
+                if "(1000, 2)" not in out:
+                    raise RuntimeError(f"the DataFrame was not built: {out[-200:]!r}")
+            except Exception as exc:
+                said = _Service.said()
+                stop = f"session {i + 1} failed: {type(exc).__name__}: {exc}"[:300]
+                stop += f" (server: {said})" if said else ""
+                break
+            created.append(time.perf_counter() - started)
+            sessions.append(run)
+            if (i + 1) % 100 == 0:
+                print(f"[density] {i + 1} sessions", file=sys.stderr, flush=True)
+        held = len(sessions)
+        await asyncio.sleep(2.0)
+        children = process_children()
+        tree = process_tree(owner, children)
+        memory = rollup(tree)
+        drop = before - mem_available()
+        # A forked kernel's cmdline is its zygote's: the zygote is the one whose parent's is not.
+        zygotes = [
+            p
+            for p in tree
+            if b"zygote.py" in _cmdline(p) and b"zygote.py" not in _cmdline(parent_of(p))
+        ]
+        forked = sum(len(children.get(z, ())) for z in zygotes)
+        zygote_memory = rollup(zygotes) if zygotes else {}
+        answers: list[float] = []
+        failed = within = 0
+        for run in sessions:
+            started = time.perf_counter()
+            try:
+                ok = "(1000, 2)" in await run("df.shape")
+            except Exception:
+                ok = False
+            answers.append(time.perf_counter() - started)
+            failed += not ok
+            within += ok and answers[-1] <= 1.0
+        return {
+            "samples": answers,
+            "asked": n,
+            "held": held,
+            "stop": stop or f"all {n} held",
+            "created": created,
+            "failed_answers": failed,
+            "within_1s": within,
+            "mem_drop_mb": drop / 2**20,
+            "tree_uss_mb": memory["uss_mb"],
+            "tree_pss_mb": memory["pss_mb"],
+            "forked": forked,
+            "zygote_pss_mb": zygote_memory.get("pss_mb", 0.0),
+            "open_files_limit": open_files,
+        }
+    finally:
+        if client is not None:
+            await client.close()
+            _Service.stop(wait=900)  # ends every session's kernel
+        else:
+            for k in range(0, len(closers), 20):
+                await asyncio.gather(*(c() for c in closers[k : k + 20]), return_exceptions=True)
+
+
+async def _open_datastack(
+    impl_name: str, client: Any, work: Path
+) -> tuple[Callable[[str], Awaitable[str]], Callable[[], Awaitable[None]]]:
+    """A new data-stack session's ``run`` and ``close``, over HTTP or raw jupyter_client."""
+    if client is None:
+        work.mkdir()
+        impl = Raw(work, DATASTACK)
+        await impl.open()
+        return impl.run, impl.close
+    session = await client.session()
+
+    async def run(code: str) -> str:
+        result = await session.execute(code)
+        return str(result.text)
+
+    return run, session.close
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 async def measured(name: str, impl_name: str, n: int, root: Path) -> dict[str, Any]:
@@ -419,6 +737,12 @@ async def measured(name: str, impl_name: str, n: int, root: Path) -> dict[str, A
 
 def main() -> None:
     impl_name, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    # Read when a kernel starts: "kernelexec" is the default, zygote on (also
+    # where a caller's environment turned it off), "kernelexec-spawn" is without.
+    if impl_name == "kernelexec-spawn":
+        os.environ["KERNELEXEC_ZYGOTE"] = "0"
+    elif impl_name == "kernelexec":
+        os.environ.pop("KERNELEXEC_ZYGOTE", None)
     threading.excepthook = lambda args: None  # peers' stray thread errors are not results
     with tempfile.TemporaryDirectory(prefix="kernelexec-bench-") as root:
         os.chdir(root)  # what a peer writes in its cwd (AG2: jupyter_gateway.log) goes too

@@ -30,7 +30,7 @@ from ._live import LiveOutput
 from ._markdown import BlockResult
 from ._models import ExecutionError, ExecutionResult, Limits, Status
 from ._pool import KernelPool
-from ._remote_models import FileInfo, SessionInfo
+from ._remote_models import CheckpointInfo, FileInfo, SessionInfo
 from ._replay import CellReplay, ReplayReport
 from ._session import AsyncSession
 from ._sync import Session
@@ -46,6 +46,7 @@ __all__ = [
     "CellReplay",
     "Checkpoint",
     "CheckpointError",
+    "CheckpointInfo",
     "CheckpointVariable",
     "Client",
     "ConfigurationError",

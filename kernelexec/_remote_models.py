@@ -6,12 +6,12 @@ The server builds them and sends ``to_dict()``; the clients read them back with
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-__all__ = ["FileInfo", "SessionInfo", "SessionState"]
+__all__ = ["CheckpointInfo", "FileInfo", "SessionInfo", "SessionState"]
 
-SessionState = Literal["starting", "idle", "busy", "culled"]
+SessionState = Literal["starting", "idle", "busy", "suspended", "culled"]
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -26,8 +26,11 @@ class SessionInfo:
 
     Attributes:
         id: the session's id (32 hex digits), part of every route about it.
-        state: "starting", "idle", "busy" (executing or restarting) or
-            "culled" (idle too long: kernel shut down, files and transcript kept).
+        state: "starting", "idle", "busy" (executing or restarting),
+            "suspended" (idle too long: checkpointed and kernel shut down; the
+            next execution restores it) or "culled" (idle too long and could
+            not be checkpointed, or the server culls: kernel shut down, files
+            and transcript kept).
         kernel_name: the kernelspec the session runs.
         timeout: default seconds per execution.
         created: when it was created, Unix seconds.
@@ -70,4 +73,64 @@ class FileInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FileInfo:
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A checkpoint in a server's checkpoint store (``POST /sessions/{id}/checkpoint``).
+
+    Attributes:
+        id: the checkpoint's id (32 hex digits): ``POST /sessions`` with
+            ``{"checkpoint": id}`` makes a session from it.
+        created: when it was made (ISO 8601, UTC).
+        session: the id of the session it was made from, if known.
+        suspend: made by the server when it suspended an idle session.
+        python: the Python that made it ("cpython 3.11.7").
+        variables: what it holds: ``{"name", "type", "size"}`` each.
+        modules: module aliases re-imported by name (``{"np": "numpy"}``).
+        skipped: what it could not carry: ``{"name", "type", "reason"}`` each.
+        files: work-dir files it holds.
+        size: bytes of variable data.
+        packages: versions of the packages whose objects it holds.
+    """
+
+    id: str
+    created: str
+    session: str | None = None
+    suspend: bool = False
+    python: str = ""
+    variables: list[dict[str, Any]] = field(default_factory=list)
+    modules: dict[str, str] = field(default_factory=dict)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    files: int = 0
+    size: int = 0
+    packages: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """What it carries and what it does not, for an LLM or a person."""
+        lines = [
+            f"Checkpoint {self.id}: {len(self.variables)} variables ({self.size:,} bytes), "
+            f"{len(self.modules)} modules, {self.files} files."
+        ]
+        if self.variables:
+            lines.append(
+                "Variables: " + ", ".join(f"{v['name']} ({v['type']})" for v in self.variables)
+            )
+        if self.modules:
+            lines.append(
+                "Modules: "
+                + ", ".join(m if a == m else f"{m} as {a}" for a, m in self.modules.items())
+            )
+        if self.skipped:
+            lines.append("Not carried:")
+            lines.extend(f"- {s['name']} ({s['type']}): {s['reason']}" for s in self.skipped)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckpointInfo:
         return cls(**_known(cls, data))

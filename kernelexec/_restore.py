@@ -25,7 +25,7 @@ async def restore_session(
     checkpoint: Checkpoint | str | Path,
     work_dir: str | Path | None,
     *,
-    timeout: float,
+    load_timeout: float,
     variable_timeout: float,
     options: dict[str, Any],
 ) -> AsyncSession:
@@ -43,7 +43,7 @@ async def restore_session(
                 work_dir=session.work_dir,
                 kernel_dir=session._kernel_dir(),
                 on_mismatch="refuse",
-                timeout=timeout,
+                timeout=load_timeout,
                 variable_timeout=variable_timeout,
                 files=copied,
             )

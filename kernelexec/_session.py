@@ -203,7 +203,7 @@ class AsyncSession:
                 transcript, which the replay would append to).
             until: stop after the code cell with this index (from 1).
             include_failed: also run the cells that failed when recorded.
-            **options: as for ``AsyncSession``.
+            **options: as for ``AsyncSession`` (``timeout`` is the new session's).
 
         Raises:
             ConfigurationError: ``path`` is not a readable notebook, or is the
@@ -434,7 +434,7 @@ class AsyncSession:
         checkpoint: Checkpoint | str | Path,
         work_dir: str | Path | None = None,
         *,
-        timeout: float = 300.0,
+        load_timeout: float = 300.0,
         variable_timeout: float = 30.0,
         **options: Any,
     ) -> AsyncSession:
@@ -449,9 +449,9 @@ class AsyncSession:
         Args:
             checkpoint: a ``Checkpoint`` or its directory.
             work_dir: the new session's work dir; None makes a temp dir.
-            timeout: seconds for loading the variables.
+            load_timeout: seconds for loading the variables.
             variable_timeout: seconds one variable may take to load.
-            **options: as for ``AsyncSession``.
+            **options: as for ``AsyncSession`` (``timeout`` is the new session's).
 
         Raises:
             IncompatibleCheckpointError: the kernel's Python (major.minor) or
@@ -463,7 +463,7 @@ class AsyncSession:
             cls,
             checkpoint,
             work_dir,
-            timeout=timeout,
+            load_timeout=load_timeout,
             variable_timeout=variable_timeout,
             options=options,
         )

@@ -98,7 +98,7 @@ class Session:
         checkpoint: Checkpoint | str | Path,
         work_dir: str | Path | None = None,
         *,
-        timeout: float = 300.0,
+        load_timeout: float = 300.0,
         variable_timeout: float = 30.0,
         **options: Any,
     ) -> Session:
@@ -108,7 +108,7 @@ class Session:
             AsyncSession.restore(
                 checkpoint,
                 work_dir,
-                timeout=timeout,
+                load_timeout=load_timeout,
                 variable_timeout=variable_timeout,
                 **options,
             )

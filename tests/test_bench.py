@@ -15,10 +15,10 @@ ROOT = Path(__file__).parent.parent
 FLOOD_LINES = 100_000  # bench/worker.py's flood (not imported: bench/ is not on sys.path)
 
 
-def worker(impl: str, scenario: str, n: int) -> dict[str, Any]:
-    """What ``bench/worker.py`` reports, run as ``python -m bench`` runs it."""
+def worker(impl: str, scenario: str, n: int, script: str = "worker.py") -> dict[str, Any]:
+    """What a bench worker script reports, run as ``python -m bench`` runs it."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "worker.py"), impl, scenario, str(n)],
+        [sys.executable, str(ROOT / "bench" / script), impl, scenario, str(n)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -44,3 +44,75 @@ def test_a_flood_comes_back_whole(impl: str) -> None:
     # The bench once reported a pooled session's flood as lost (0 of 100,000
     # lines); the table shows "output lost" for any run that does not deliver.
     assert worker(impl, "flood", 1)["delivered_lines"] == FLOOD_LINES
+
+
+def table(scenario: str, results: dict[str, dict[str, Any]]) -> str:
+    """The rows ``python -m bench`` prints for a scenario, from these workers' results."""
+    code = (
+        "import json, sys\n"
+        "from bench.__main__ import ROWS, merge, render\n"
+        "scenario, results = json.load(sys.stdin)\n"
+        "table = [(row, {i: row.value(merge([results[i]])) for i in row.impls if i in results})\n"
+        "         for row in ROWS if row.scenario == scenario]\n"
+        "print(render(table, list(results)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps([scenario, results]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+# Issue #19's scenarios: numbers come out, and the kernelexec column is what
+# it says (zygote-forked kernels, or with KERNELEXEC_ZYGOTE=0 spawned ones).
+
+
+@pytest.mark.parametrize(("impl", "forked"), [("kernelexec", 1), ("kernelexec-spawn", 0)])
+def test_cold_datastack_times_kernels_forked_or_not(impl: str, forked: int) -> None:
+    result = worker(impl, "cold-datastack", 2)
+    assert len(result["samples"]) == 2 and all(s > 0 for s in result["samples"])
+    # kernelexec waits (untimed) for its zygote first: every timed kernel is forked
+    assert result["forked"] == [forked, forked]
+
+
+def test_cold_datastack_raw() -> None:
+    samples = worker("raw", "cold-datastack", 1)["samples"]
+    assert len(samples) == 1 and samples[0] > 0
+
+
+def test_idle_memory_of_forked_sessions_and_their_zygote() -> None:
+    result = worker("kernelexec", "idle-memory", 2)
+    assert result["uss_mb"] > 0 and result["pss_mb"] > 0
+    assert result["forked"] == [1, 1]
+    assert result["zygote_uss_mb"] > 0 and result["zygote_pss_mb"] > 0
+    text = table("idle-memory", {"kernelexec": result})
+    assert "| idle data-stack: kernels forked from a zygote | 2 of 2 |" in text
+    assert "| idle data-stack: the zygote itself (once, shared by all) | USS " in text
+
+
+def test_density_through_a_server_holds_every_session_and_each_answers() -> None:
+    result = worker("kernelexec", "density", 3)
+    assert result["held"] == 3 and result["stop"] == "all 3 held"
+    assert len(result["samples"]) == 3 and result["failed_answers"] == 0
+    assert len(result["created"]) == 3 and result["tree_pss_mb"] > 0
+    assert result["open_files_limit"] > 0
+    text = table("density", {"kernelexec": result})
+    assert "| density: sessions held | 3 |" in text
+    assert "| density: where it stopped | all 3 held |" in text
+
+
+@pytest.mark.parametrize("impl", ["kernelexec", "raw"])
+def test_the_fork_and_checkpoint_scenarios_measure(impl: str) -> None:
+    forked = worker(impl, "fork", 2, script="state.py")
+    assert len(forked["samples"]) == 2 and all(s > 0 for s in forked["samples"])
+    if impl == "kernelexec":
+        assert len(forked["private_mb"]) == 2 and all(m > 0 for m in forked["private_mb"])
+    saved = worker(impl, "checkpoint", 1, script="state.py")
+    assert saved["mb"] > 100 and saved["samples"][0] > 0 and saved["restore"][0] > 0
+    rows = table("checkpoint", {impl: saved})
+    assert "checkpoint throughput" in rows and "MB/s" in rows

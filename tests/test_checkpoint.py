@@ -81,7 +81,7 @@ async def test_round_trip_into_a_new_work_dir(tmp_path: Path) -> None:
     assert (checkpoint.path / "files" / "notes.txt").read_text() == "kept"
     assert (checkpoint.path / "transcript.ipynb").is_file()
 
-    restored = await AsyncSession.restore(checkpoint.path, tmp_path / "child", timeout=60)
+    restored = await AsyncSession.restore(checkpoint.path, tmp_path / "child", load_timeout=60)
     async with restored:
         assert (restored.work_dir / "notes.txt").read_text() == "kept"
         result = await restored.execute(CHECK)
@@ -225,7 +225,7 @@ async def test_a_huge_variable_never_passes_through_our_process(tmp_path: Path) 
         checkpoint = await session.checkpoint(tmp_path / "ckpt", files=False)
         [variable] = checkpoint.variables
         assert variable.size >= 320_000_000
-        restored = await AsyncSession.restore(checkpoint, tmp_path / "child", timeout=120)
+        restored = await AsyncSession.restore(checkpoint, tmp_path / "child", load_timeout=120)
         async with restored:
             assert (await restored.execute("float(big.sum())")).text.strip() == "40000000.0"
     grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak

@@ -31,6 +31,9 @@ TOOLS = {
     "list_files",
     "read_file",
     "get_notebook",
+    "fork_session",
+    "checkpoint_session",
+    "restore_session",
 }
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\nprint('plotted')"
 

@@ -55,6 +55,11 @@ ROUTES = [
     ("GET", "/sessions/{id}/files/{path}"),
     ("PUT", "/sessions/{id}/files/{path}"),
     ("GET", "/sessions/{id}/notebook"),
+    ("POST", "/sessions/{id}/fork"),
+    ("POST", "/sessions/{id}/checkpoint"),
+    ("GET", "/checkpoints"),
+    ("GET", "/checkpoints/{id}"),
+    ("DELETE", "/checkpoints/{id}"),
     ("GET", "/api/kernelspecs"),
     ("GET", "/api/kernels"),
     ("POST", "/api/kernels"),
@@ -68,7 +73,12 @@ ROUTES = [
 def test_routes_listed_here_are_the_schemas(server: ServerProcess) -> None:
     paths = server.http.get("/openapi.json").json()["paths"]
     in_schema = {
-        (method.upper(), path.replace("{session_id}", "{id}").replace("{kernel_id}", "{id}"))
+        (
+            method.upper(),
+            path.replace("{session_id}", "{id}")
+            .replace("{kernel_id}", "{id}")
+            .replace("{checkpoint_id}", "{id}"),
+        )
         for path, item in paths.items()
         for method in item
         if method != "parameters"

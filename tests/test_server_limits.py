@@ -41,7 +41,10 @@ def test_429_at_max_sessions(tmp_path: Path) -> None:
 
 
 def test_idle_session_is_culled_and_reported(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "work", "--idle-timeout", "1", "--max-sessions", "1")
+    # --no-suspend: culled as before (test_suspend.py has the suspending default).
+    server = ServerProcess(
+        tmp_path / "work", "--idle-timeout", "1", "--max-sessions", "1", "--no-suspend"
+    )
     try:
         sid = server.create()
         server.execute(sid, "open('made.txt', 'w').write('kept')")

@@ -33,7 +33,8 @@ def add_command(commands: Any) -> None:
         description="Serves stateful code execution to an MCP client: over stdin/stdout "
         "by default (what a client's config launches), or over streamable HTTP on "
         "127.0.0.1 with --http. Tools: execute_code, create_session, list_sessions, "
-        "restart_session, interrupt_session, list_files, read_file, get_notebook. Its "
+        "restart_session, interrupt_session, fork_session, checkpoint_session, "
+        "restore_session, list_files, read_file, get_notebook. Its "
         "sessions are its own, or with --server those of a running `kernelexec serve`, "
         "shared with its HTTP clients. Needs 'pip install kernelexec[mcp]'.",
         epilog="example:\n"

@@ -64,7 +64,15 @@ def add_command(commands: Any) -> None:
         "--idle-timeout",
         type=float,
         default=3600.0,
-        help="seconds idle before a session's kernel is shut down (default 3600; 0 never)",
+        help="seconds idle before a session is suspended: its variables checkpointed into "
+        "<work-root>/.checkpoints/, its kernel shut down, and restored by its next "
+        "execution (default 3600; 0 never)",
+    )
+    serve.add_argument(
+        "--no-suspend",
+        action="store_true",
+        help="cull idle sessions instead of suspending them: the kernel is shut down and "
+        "its state lost (files kept); the session answers HTTP 409 from then on",
     )
     serve.add_argument(
         "--max-timeout",
@@ -220,6 +228,7 @@ def _serve(args: argparse.Namespace) -> int:
             port=port,
             max_sessions=args.max_sessions,
             idle_timeout=args.idle_timeout or None,
+            suspend=not args.no_suspend,
             max_timeout=args.max_timeout,
             max_body=int(args.max_body_mb * 1024 * 1024),
             # Read here, not as argparse defaults, so a bad value is a clear error.

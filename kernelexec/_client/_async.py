@@ -12,12 +12,15 @@ from typing import Any, TypeVar
 
 import httpx
 
+from .._checkpoint import RestoreReport
+from .._fork import ForkReport
 from .._live import OutputListener
 from .._models import ExecutionResult, Limits
-from .._remote_models import FileInfo, SessionInfo
+from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
 from ._base import (
     DEFAULT_URL,
     Call,
+    Made,
     calls,
     error_for,
     http_options,
@@ -73,6 +76,7 @@ class AsyncClient:
         limits: Limits | Mapping[str, int] | None = None,
         docker: Mapping[str, Any] | None = None,
         gateway: str | None = None,
+        checkpoint: str | CheckpointInfo | None = None,
     ) -> OpeningSession:
         """Creates a session on the server; see ``Client.session``.
 
@@ -92,17 +96,34 @@ class AsyncClient:
             gateway=gateway,
         )
 
+        checkpoint_id = checkpoint.id if isinstance(checkpoint, CheckpointInfo) else checkpoint
+
         async def create() -> AsyncRemoteSession:
-            call = calls.create(kernel_name, env, timeout, options)
-            return AsyncRemoteSession(self, await self._send(call))
+            call = calls.create_made(kernel_name, env, timeout, options, checkpoint_id)
+            made = await self._send(call)
+            return AsyncRemoteSession(self, made)
 
         return OpeningSession(create)
+
+    def restore(self, checkpoint: str | CheckpointInfo, **options: Any) -> OpeningSession:
+        """A new session holding a checkpoint's state: ``session(checkpoint=...)``."""
+        return self.session(checkpoint=checkpoint, **options)
+
+    async def checkpoints(self) -> list[CheckpointInfo]:
+        return await self._send(calls.checkpoints())
+
+    async def checkpoint(self, checkpoint_id: str) -> CheckpointInfo:
+        return await self._send(calls.checkpoint_info(checkpoint_id))
+
+    async def delete_checkpoint(self, checkpoint_id: str) -> None:
+        await self._send(calls.delete_checkpoint(checkpoint_id))
 
     def attach(self, session_id: str) -> OpeningSession:
         """An existing session, by id: awaited, or used with ``async with`` (deleted on exit)."""
 
         async def find() -> AsyncRemoteSession:
-            return AsyncRemoteSession(self, await self._send(calls.info(session_id)))
+            info = await self._send(calls.info(session_id))
+            return AsyncRemoteSession(self, info)
 
         return OpeningSession(find)
 
@@ -196,10 +217,13 @@ class OpeningSession:
 class AsyncRemoteSession:
     """A session on a server, from asyncio; see ``RemoteSession``."""
 
-    def __init__(self, client: AsyncClient, info: SessionInfo) -> None:
+    def __init__(self, client: AsyncClient, info: SessionInfo | Made) -> None:
+        made = info if isinstance(info, Made) else Made(info)
         self.client = client
-        self.id = info.id
-        self.last_info = info
+        self.id = made.info.id
+        self.last_info = made.info
+        self.fork_report: ForkReport | None = made.fork_report
+        self.restore_report: RestoreReport | None = made.restore_report
 
     def __repr__(self) -> str:
         return f"<AsyncRemoteSession {self.id} at {self.client.url}>"
@@ -238,6 +262,15 @@ class AsyncRemoteSession:
 
     async def restart(self) -> None:
         await self.client._send(calls.restart(self.id))
+
+    async def fork(self, *, wait: bool = True) -> AsyncRemoteSession:
+        """See ``RemoteSession.fork``."""
+        made = await self.client._send(calls.fork(self.id, wait))
+        return AsyncRemoteSession(self.client, made)
+
+    async def checkpoint(self, *, files: bool = True) -> CheckpointInfo:
+        """See ``RemoteSession.checkpoint``."""
+        return await self.client._send(calls.checkpoint(self.id, files))
 
     async def files(self) -> list[FileInfo]:
         return await self.client._send(calls.files(self.id))

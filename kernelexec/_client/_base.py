@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import httpx
 
+from .._checkpoint import RestoreReport, SkippedVariable
 from .._environment import server_token
 from .._exceptions import (
     AuthenticationError,
@@ -21,12 +22,14 @@ from .._exceptions import (
     SessionCulledError,
     SessionNotFoundError,
 )
+from .._fork import ForkReport
 from .._models import ExecutionResult, Limits
-from .._remote_models import FileInfo, SessionInfo
+from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
 
 __all__ = [
     "DEFAULT_URL",
     "Call",
+    "Made",
     "calls",
     "error_for",
     "http_options",
@@ -145,6 +148,55 @@ def _json(response: httpx.Response) -> Any:
     return response.json()
 
 
+@dataclass(frozen=True)
+class Made:
+    """A session the server made by forking or restoring, and how (``fork_report`` ...)."""
+
+    info: SessionInfo
+    fork_report: ForkReport | None = None
+    restore_report: RestoreReport | None = None
+
+
+def fork_report(data: dict[str, Any]) -> ForkReport:
+    """A ``ForkReport`` from its JSON (the parent's paths are the server's)."""
+    return ForkReport(
+        parent_work_dir=str(data.get("parent_work_dir", "")),
+        parent_transcript=str(data.get("parent_transcript", "")),
+        parent_cells=int(data.get("parent_cells", 0)),
+        method=str(data.get("method", "")),
+        files=int(data.get("files", 0)),
+        left_behind=tuple(data.get("left_behind", ())),
+    )
+
+
+def restore_report(data: dict[str, Any]) -> RestoreReport:
+    """A ``RestoreReport`` from its JSON (``checkpoint`` is the checkpoint's id)."""
+    return RestoreReport(
+        checkpoint=str(data.get("checkpoint", "")),
+        restored=list(data.get("restored", [])),
+        modules=list(data.get("modules", [])),
+        skipped=[
+            SkippedVariable(s["name"], s["type"], s["reason"]) for s in data.get("skipped", [])
+        ],
+        files=int(data.get("files", 0)),
+        message=data.get("message"),
+    )
+
+
+def _made(response: httpx.Response) -> Made:
+    data = response.json()
+    forked, restored = data.get("fork_report"), data.get("restore_report")
+    return Made(
+        SessionInfo.from_dict(data),
+        fork_report(forked) if forked else None,
+        restore_report(restored) if restored else None,
+    )
+
+
+def _checkpoint(response: httpx.Response) -> CheckpointInfo:
+    return CheckpointInfo.from_dict(response.json())
+
+
 def _session(response: httpx.Response) -> SessionInfo:
     return SessionInfo.from_dict(response.json())
 
@@ -155,6 +207,12 @@ def _nothing(response: httpx.Response) -> None:
 
 def _s(session_id: str) -> str:
     return f"/sessions/{quote(session_id, safe='')}"
+
+
+def _c(checkpoint_id: str) -> str:
+    # As for files: "." and ".." reach the server as given, which refuses them.
+    quoted = quote(checkpoint_id, safe="")
+    return f"/checkpoints/{quoted.replace('.', '%2E') if quoted in ('.', '..') else quoted}"
 
 
 def _file_path(session_id: str, path: str) -> str:
@@ -193,6 +251,45 @@ class calls:  # a namespace of Call builders, lower case like a module
             body["timeout"] = timeout
         body.update(options or {})
         return Call("POST", "/sessions", _session, json=body, long=True)
+
+    @staticmethod
+    def create_made(
+        kernel_name: str,
+        env: Mapping[str, str] | None,
+        timeout: float | None,
+        options: Mapping[str, Any] | None = None,
+        checkpoint: str | None = None,
+    ) -> Call[Made]:
+        """``create``, read with its restore report (``checkpoint``: a checkpoint's id)."""
+        call = calls.create(kernel_name, env, timeout, options)
+        body = dict(call.json) | ({"checkpoint": checkpoint} if checkpoint is not None else {})
+        return Call("POST", "/sessions", _made, json=body, long=True)
+
+    @staticmethod
+    def fork(session_id: str, wait: bool) -> Call[Made]:
+        return Call("POST", f"{_s(session_id)}/fork", _made, json={"wait": wait}, long=True)
+
+    @staticmethod
+    def checkpoint(session_id: str, files: bool) -> Call[CheckpointInfo]:
+        return Call(
+            "POST", f"{_s(session_id)}/checkpoint", _checkpoint, json={"files": files}, long=True
+        )
+
+    @staticmethod
+    def checkpoints() -> Call[list[CheckpointInfo]]:
+        return Call(
+            "GET",
+            "/checkpoints",
+            lambda r: [CheckpointInfo.from_dict(c) for c in r.json()["checkpoints"]],
+        )
+
+    @staticmethod
+    def checkpoint_info(checkpoint_id: str) -> Call[CheckpointInfo]:
+        return Call("GET", _c(checkpoint_id), _checkpoint)
+
+    @staticmethod
+    def delete_checkpoint(checkpoint_id: str) -> Call[None]:
+        return Call("DELETE", _c(checkpoint_id), _nothing)
 
     @staticmethod
     def sessions() -> Call[list[SessionInfo]]:

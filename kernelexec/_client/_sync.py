@@ -8,12 +8,15 @@ from typing import Any, TypeVar
 
 import httpx
 
+from .._checkpoint import RestoreReport
+from .._fork import ForkReport
 from .._live import OutputListener
 from .._models import ExecutionResult, Limits
-from .._remote_models import FileInfo, SessionInfo
+from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
 from ._base import (
     DEFAULT_URL,
     Call,
+    Made,
     calls,
     error_for,
     http_options,
@@ -82,6 +85,7 @@ class Client:
         limits: Limits | Mapping[str, int] | None = None,
         docker: Mapping[str, Any] | None = None,
         gateway: str | None = None,
+        checkpoint: str | CheckpointInfo | None = None,
     ) -> RemoteSession:
         """Creates a session (a new kernel and work dir) on the server.
 
@@ -100,10 +104,15 @@ class Client:
             docker: run the kernel in a container (``--allow-docker``), e.g.
                 ``{"memory": "512m", "cpus": 1, "pids_limit": 128}``.
             gateway: a gateway's URL to run the kernel on (``--allow-gateway``).
+            checkpoint: a checkpoint of the server's (or its id) to start
+                from: its variables, imports and files; ``restore_report``
+                on the session says what came back.
 
         Raises:
             ServerError: status 403 for an option the server does not allow
-                (the message names the flag), 422 for a value it cannot use.
+                (the message names the flag), 422 for a value it cannot use
+                (or a damaged checkpoint), 404 for an unknown checkpoint, 409
+                for one made by another Python or package versions.
         """
         options = session_options(
             python=python,
@@ -115,7 +124,25 @@ class Client:
             docker=docker,
             gateway=gateway,
         )
-        return RemoteSession(self, self._send(calls.create(kernel_name, env, timeout, options)))
+        checkpoint_id = checkpoint.id if isinstance(checkpoint, CheckpointInfo) else checkpoint
+        made = self._send(calls.create_made(kernel_name, env, timeout, options, checkpoint_id))
+        return RemoteSession(self, made)
+
+    def restore(self, checkpoint: str | CheckpointInfo, **options: Any) -> RemoteSession:
+        """A new session holding a checkpoint's state: ``session(checkpoint=...)``."""
+        return self.session(checkpoint=checkpoint, **options)
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """The server's checkpoints, oldest first."""
+        return self._send(calls.checkpoints())
+
+    def checkpoint(self, checkpoint_id: str) -> CheckpointInfo:
+        """One checkpoint of the server's, by id."""
+        return self._send(calls.checkpoint_info(checkpoint_id))
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Removes a checkpoint from the server."""
+        self._send(calls.delete_checkpoint(checkpoint_id))
 
     def attach(self, session_id: str) -> RemoteSession:
         """An existing session, by id."""
@@ -160,10 +187,13 @@ class RemoteSession:
     its ``with`` block) deletes it from the server; its files stay there.
     """
 
-    def __init__(self, client: Client, info: SessionInfo) -> None:
+    def __init__(self, client: Client, info: SessionInfo | Made) -> None:
+        made = info if isinstance(info, Made) else Made(info)
         self.client = client
-        self.id = info.id
-        self.last_info = info
+        self.id = made.info.id
+        self.last_info = made.info
+        self.fork_report: ForkReport | None = made.fork_report  # set when made by fork()
+        self.restore_report: RestoreReport | None = made.restore_report  # from a checkpoint
 
     def __repr__(self) -> str:
         return f"<RemoteSession {self.id} at {self.client.url}>"
@@ -204,6 +234,22 @@ class RemoteSession:
 
     def restart(self) -> None:
         self.client._send(calls.restart(self.id))
+
+    def fork(self, *, wait: bool = True) -> RemoteSession:
+        """A new session on the server holding a copy of this one's live state and files.
+
+        Args:
+            wait: wait for a running execution to end; False raises
+                ``ServerError`` (409 ``session_busy``) instead.
+        """
+        return RemoteSession(self.client, self.client._send(calls.fork(self.id, wait)))
+
+    def checkpoint(self, *, files: bool = True) -> CheckpointInfo:
+        """Checkpoints the session's variables and imports (and files) in the server's store.
+
+        ``client.restore(checkpoint)`` makes a session from it.
+        """
+        return self.client._send(calls.checkpoint(self.id, files))
 
     def files(self) -> list[FileInfo]:
         """Every file in the session's work dir."""

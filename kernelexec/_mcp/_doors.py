@@ -10,16 +10,21 @@ an option refused) and ``FileRefused`` (a path that is no file of the work dir).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import PurePosixPath
 from typing import Any, Protocol, TypeVar
 
+from .._checkpoint import RestoreReport
 from .._client import AsyncClient
-from .._client._base import Call, calls
-from .._exceptions import ServerError
+from .._client._base import Call, Made, calls
+from .._exceptions import CheckpointError, ConfigurationError, KernelStartError, ServerError
 from .._models import ExecutionResult
-from .._server._options import OptionError, parse_options
+from .._remote_models import CheckpointInfo, SessionInfo
+from .._server._checkpoints import CheckpointStore, UnknownCheckpoint
+from .._server._options import OptionError, SessionOptions, parse_options
+from .._session import AsyncSession
 from ._files import FileRefused, confined, files_in, read_head, read_notebook
 from ._sessions import McpConfig, SessionError, Sessions, check_name
 
@@ -68,7 +73,32 @@ class Door(Protocol):
         """Where a person finds the whole file, for messages."""
         ...
 
+    async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
+        """A new session with a copy of the session's live state and files; it and its report."""
+        ...
+
+    async def checkpoint(self, name: str) -> dict[str, Any]:
+        """Checkpoints the session's state and files; the checkpoint as the HTTP API lists it."""
+        ...
+
+    async def restore(self, checkpoint: str, name: str | None) -> dict[str, Any]:
+        """A new session from a checkpoint (by id); it and what came back."""
+        ...
+
     async def close(self) -> None: ...
+
+
+def _made(info: dict[str, Any], name: str, made: Made) -> dict[str, Any]:
+    if made.fork_report is not None:
+        info["fork_report"] = made.fork_report.to_dict()
+    if made.restore_report is not None:
+        info["restore_report"] = made.restore_report.to_dict()
+        info["restored"] = made.restore_report.text
+    return info | {"name": name}
+
+
+def _described(info: CheckpointInfo) -> dict[str, Any]:
+    return info.to_dict() | {"text": info.text}
 
 
 class LocalDoor:
@@ -77,6 +107,8 @@ class LocalDoor:
     def __init__(self, config: McpConfig) -> None:
         self.config = config
         self.sessions = Sessions(config)
+        # Beside the sessions' work dirs (a name never starts with "."), as the server's.
+        self.store = CheckpointStore(config.work_root)
 
     async def create(
         self, name: str, options: dict[str, Any], timeout: float | None
@@ -133,6 +165,69 @@ class LocalDoor:
     async def where(self, name: str, path: str) -> str:
         target = confined(self.sessions.get(name).work_dir, path)
         return f"open {target} on the MCP server's machine"
+
+    async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
+        parent = self.sessions.get(name)
+        options = self.sessions.options(name)
+        child_name = self.sessions.new_name(new_name, f"{name}-fork")
+        try:
+            child = await parent.fork(self.config.work_root / child_name)
+        except (ConfigurationError, KernelStartError) as exc:
+            raise SessionError(f"cannot fork {name!r}: {exc}") from None
+        self.sessions.adopt(child_name, child, options)
+        info = next(i for i in self.sessions.infos() if i["id"] == child_name)
+        return _made(info, child_name, Made(_info(info), fork_report=child.fork_report))
+
+    async def checkpoint(self, name: str) -> dict[str, Any]:
+        session = self.sessions.get(name)
+        try:
+            checkpoint_id, path = await asyncio.to_thread(self.store.new)
+        except CheckpointError as exc:
+            raise SessionError(str(exc)) from None
+        try:
+            await session.checkpoint(path)
+            self.store.done(checkpoint_id)
+            saved = await asyncio.to_thread(self.store.open, checkpoint_id)
+        except BaseException as exc:
+            self.store.done(checkpoint_id)
+            await asyncio.to_thread(self.store.remove, checkpoint_id)
+            if isinstance(exc, (ConfigurationError, UnknownCheckpoint)):
+                raise SessionError(f"cannot checkpoint {name!r}: {exc}") from None
+            raise
+        return _described(self.store.describe(checkpoint_id, saved))
+
+    async def restore(self, checkpoint: str, name: str | None) -> dict[str, Any]:
+        try:
+            saved = await asyncio.to_thread(self.store.open, checkpoint)
+        except UnknownCheckpoint:
+            raise SessionError(
+                f"no checkpoint {checkpoint[:64]!r} (checkpoint_session gives ids)"
+            ) from None
+        except CheckpointError as exc:
+            raise SessionError(str(exc)) from None
+        new_name = self.sessions.new_name(name, f"restored-{checkpoint[:8]}")
+        try:
+            session = await AsyncSession.restore(
+                saved,
+                self.config.work_root / new_name,
+                kernel_name=self.config.kernel_name,
+                timeout=self.config.timeout,
+            )
+        except (ConfigurationError, KernelStartError) as exc:
+            raise SessionError(f"cannot restore checkpoint {checkpoint}: {exc}") from None
+        self.sessions.adopt(new_name, session, SessionOptions())
+        report = session.restore_report
+        assert report is not None
+        report = RestoreReport(
+            checkpoint,
+            report.restored,
+            report.modules,
+            report.skipped,
+            report.files,
+            report.message,
+        )
+        info = next(i for i in self.sessions.infos() if i["id"] == new_name)
+        return _made(info, new_name, Made(_info(info), restore_report=report))
 
     async def close(self) -> None:
         await self.sessions.close()
@@ -223,6 +318,26 @@ class RemoteDoor:
         clean = str(PurePosixPath(path))
         return f"download {self.client.url}/sessions/{session_id}/files/{clean}"
 
+    async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
+        if new_name is not None and self._id(check_name(new_name)) is not None:
+            raise SessionError(f"a session {new_name!r} exists; pick another name")
+        made = await self._call(calls.fork(self._known(name), True))
+        return self._name(made, new_name)
+
+    async def checkpoint(self, name: str) -> dict[str, Any]:
+        return _described(await self._call(calls.checkpoint(self._known(name), True)))
+
+    async def restore(self, checkpoint: str, name: str | None) -> dict[str, Any]:
+        if name is not None and self._id(check_name(name)) is not None:
+            raise SessionError(f"a session {name!r} exists; pick another name")
+        made = await self._call(calls.create_made("python3", None, None, None, checkpoint))
+        return self._name(made, name)
+
+    def _name(self, made: Made, name: str | None) -> dict[str, Any]:
+        if name is not None:
+            self._names[name] = made.info.id
+        return _made(made.info.to_dict(), name or made.info.id, made)
+
     async def close(self) -> None:
         await self.client.close()
 
@@ -235,3 +350,7 @@ class RemoteDoor:
 
 def _json(response: Any) -> Any:
     return response.json()
+
+
+def _info(data: dict[str, Any]) -> SessionInfo:
+    return SessionInfo.from_dict(data)

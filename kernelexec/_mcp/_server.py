@@ -38,7 +38,9 @@ same kernel and directory. Plots and images come back as images; other saved out
 (HTML, SVG, PDF) as resource links. Each session has its own work dir (the kernel's cwd);
 list_files and read_file show it, get_notebook returns the transcript. create_session
 makes a session with options (an interpreter, a venv with packages, output limits, a
-container), as far as the server's operator allows them."""
+container), as far as the server's operator allows them. fork_session copies a session's
+live state into a new one (try two approaches from one point); checkpoint_session saves
+its variables and files, and restore_session makes a session from that checkpoint."""
 
 
 def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
@@ -143,6 +145,42 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
         """Interrupts what a session is running (KeyboardInterrupt); its state is kept."""
         await _tool(sessions.interrupt(session))
         return f"Session {session!r} interrupted."
+
+    @server.tool()
+    async def fork_session(session: str = "default", new_name: str | None = None) -> str:
+        """Forks a session: a new session whose kernel has a copy of its live state.
+
+        Every variable, import and definition, and a copy of the work dir's
+        files; the two sessions diverge from then on. Use it to try two
+        approaches from the same point. Waits for a running execution to end.
+
+        Args:
+            session: the session to fork.
+            new_name: the new session's name; default "<session>-fork-N".
+        """
+        return json.dumps(await _tool(sessions.fork(session, new_name)), indent=1)
+
+    @server.tool()
+    async def checkpoint_session(session: str = "default") -> str:
+        """Saves a session's variables, imports and files as a checkpoint; returns its id.
+
+        Variables that cannot be saved (open files, sockets, generators) are
+        listed with the reason. restore_session makes a session from the id.
+
+        Args:
+            session: the session to checkpoint.
+        """
+        return json.dumps(await _tool(sessions.checkpoint(session)), indent=1)
+
+    @server.tool()
+    async def restore_session(checkpoint: str, name: str | None = None) -> str:
+        """Makes a new session from a checkpoint: its variables, imports and files come back.
+
+        Args:
+            checkpoint: the id checkpoint_session returned.
+            name: the new session's name; default "restored-<id>-N" (or its id on a server).
+        """
+        return json.dumps(await _tool(sessions.restore(checkpoint, name)), indent=1)
 
     @server.tool()
     async def list_files(session: str = "default") -> str:

@@ -126,12 +126,38 @@ class Sessions:
             raise
         return entry.session
 
-    def _add(self, name: str, options: SessionOptions, timeout: float | None = None) -> _Entry:
+    def options(self, name: str) -> SessionOptions:
+        """The options the session ``name`` was made with."""
+        self.get(name)
+        return self._entries[name].options
+
+    def new_name(self, name: str | None, stem: str) -> str:
+        """``name`` if free (and good), else the first free ``stem-N``; room checked.
+
+        Raises:
+            SessionError: the name is taken or bad, or there are too many sessions.
+        """
+        self._check_room()
+        if name is not None:
+            if check_name(name) in self._entries:
+                raise SessionError(f"a session {name!r} exists; pick another name")
+            return name
+        stem = stem[:56]
+        return next(f"{stem}-{n}" for n in range(1, 10_000) if f"{stem}-{n}" not in self._entries)
+
+    def adopt(self, name: str, session: AsyncSession, options: SessionOptions) -> None:
+        """Takes a started session (a fork, a restore) in under ``name``."""
+        self._entries[check_name(name)] = _Entry(session, options)
+
+    def _check_room(self) -> None:
         if len(self._entries) >= self.config.max_sessions:
             raise SessionError(
                 f"already {len(self._entries)} sessions, the most allowed "
                 "(kernelexec mcp --max-sessions); reuse one of list_sessions"
             )
+
+    def _add(self, name: str, options: SessionOptions, timeout: float | None = None) -> _Entry:
+        self._check_room()
         try:
             session = AsyncSession(
                 self.config.work_root / name,

@@ -29,6 +29,7 @@ __all__ = [
     "body_chunks",
     "parse_create",
     "parse_execute",
+    "parse_flags",
     "parse_start_kernel",
 ]
 
@@ -41,6 +42,7 @@ class CreateRequest:
     env: dict[str, str]
     timeout: float
     options: SessionOptions = field(default_factory=SessionOptions)
+    checkpoint: str | None = None  # the id of a checkpoint to restore into the new session
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ async def parse_create(
 ) -> CreateRequest:
     """The body of ``POST /sessions``."""
     data = await _json_object(request, config.max_body)
-    _check_fields(data, ("kernel_name", "env", "timeout", *OPTION_FIELDS))
+    _check_fields(data, ("kernel_name", "env", "timeout", "checkpoint", *OPTION_FIELDS))
     kernel_name = _text(data.get("kernel_name", "python3"), "kernel_name")
     if kernel_name not in kernel_names:
         raise ApiError(
@@ -206,7 +208,22 @@ async def parse_create(
         options = parse_options(data, config.policy)
     except OptionError as exc:
         raise ApiError(exc.status, exc.code, exc.message) from None
-    return CreateRequest(kernel_name, env, timeout or config.default_timeout, options)
+    checkpoint = data.get("checkpoint")
+    if checkpoint is not None:
+        checkpoint = _text(checkpoint, "checkpoint")  # an unknown id is a 404, later
+    return CreateRequest(kernel_name, env, timeout or config.default_timeout, options, checkpoint)
+
+
+async def parse_flags(request: Request, config: ServerConfig, **defaults: bool) -> dict[str, bool]:
+    """A body of optional booleans (``{"wait": false}``); an empty body takes the defaults."""
+    data = await _json_object(request, config.max_body)
+    _check_fields(data, tuple(defaults))
+    flags = dict(defaults)
+    for name, value in data.items():
+        if not isinstance(value, bool):
+            raise ApiError(400, "invalid_request", f"{name} must be true or false")
+        flags[name] = value
+    return flags
 
 
 async def parse_execute(request: Request, config: ServerConfig) -> ExecuteRequest:

@@ -32,8 +32,12 @@ class ServerConfig:
         work_root: each session's work dir is ``<work_root>/<session id>/``.
         host, port: where to listen.
         max_sessions: sessions with a kernel at once; one more gets HTTP 429.
-        idle_timeout: seconds without a request before a session is culled
-            (kernel shut down, files kept); None never culls.
+        idle_timeout: seconds without a request before a session is
+            suspended (its state checkpointed, its kernel shut down, restored
+            by its next execution) or, when that fails or ``suspend`` is off,
+            culled (kernel shut down, state lost, files kept); None never.
+        suspend: suspend idle sessions rather than cull them
+            (``--no-suspend`` turns it off).
         max_timeout: the longest execution timeout a request may ask for.
         default_timeout: a session's execution timeout when none is asked for.
         max_body: bytes a request body may hold (JSON or an uploaded file).
@@ -51,6 +55,7 @@ class ServerConfig:
     port: int = 8765
     max_sessions: int = 8
     idle_timeout: float | None = 3600.0
+    suspend: bool = True
     max_timeout: float = 600.0
     default_timeout: float = 60.0
     max_body: int = 64 * 1024 * 1024

@@ -36,12 +36,17 @@ def _errors(*statuses: int) -> dict[str, Any]:
         401: "Missing or wrong token",
         403: "Path leaves the work dir, or a session option the operator has not allowed "
         "(the message names the flag)",
-        404: "No such session (or file)",
-        409: "The session was culled, closed or deleted, or the file cannot be written",
+        404: "No such session (or file, or checkpoint)",
+        409: "The session was culled, closed or deleted, or the file cannot be written; "
+        "a fork with wait false of a busy session (session_busy); a checkpoint that "
+        "could not be made (checkpoint_failed), holds a suspended session "
+        "(checkpoint_in_use) or was made by another Python or package versions "
+        "(checkpoint_incompatible)",
         413: "Body over --max-body-mb (any route)",
         422: "A session option's value cannot be used (over a cap, a path for a venv "
-        "name, preload code that fails, a package that does not install)",
-        429: "At --max-sessions",
+        "name, preload code that fails, a package that does not install), or a "
+        "checkpoint is damaged (checkpoint_damaged) or failed to load (restore_failed)",
+        429: "At --max-sessions (forks, and suspended sessions resuming, count too)",
         503: "Kernel start failed, or the server is shutting down",
     }
     return {str(s): _json(_ref("Error"), said[s]) for s in sorted({401, 413, *statuses})}
@@ -64,6 +69,13 @@ _PATH = {
     "description": "A file's path relative to the session's work dir: names joined by '/', "
     "none empty, '.' or '..', without NUL, backslash or percent-escapes",
     "schema": path_schema(),
+}
+_CHECKPOINT_ID = {
+    "name": "checkpoint_id",
+    "in": "path",
+    "required": True,
+    "description": "A checkpoint's id, as POST /sessions/{session_id}/checkpoint gave it",
+    "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
 }
 _KERNEL_ID = {
     "name": "kernel_id",
@@ -102,8 +114,119 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                     "additionalProperties": {"type": "string", "pattern": "^[^\\x00]*$"},
                 },
                 "timeout": timeout,
+                "checkpoint": {
+                    "type": "string",
+                    "pattern": "^[0-9a-f]{32}$",
+                    "description": "a checkpoint's id: the new session starts with its "
+                    "variables, imports and files (404 unknown, 422 damaged, 409 made by "
+                    "another Python or package versions)",
+                },
                 **options_schema(config.policy),
             },
+        },
+        "ForkBody": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "wait": {
+                    "type": "boolean",
+                    "description": "wait for a running execution to end (default true); "
+                    "false answers 409 session_busy instead",
+                },
+            },
+        },
+        "CheckpointBody": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "files": {
+                    "type": "boolean",
+                    "description": "copy the work dir's files too (default true)",
+                },
+            },
+        },
+        "Skipped": {
+            "type": "object",
+            "required": ["name", "type", "reason"],
+            "properties": {"name": text, "type": text, "reason": text},
+        },
+        "ForkReport": {
+            "type": "object",
+            "required": ["parent_work_dir", "parent_cells", "method", "files", "left_behind"],
+            "properties": {
+                "parent_work_dir": text,
+                "parent_transcript": text,
+                "parent_cells": {"type": "integer"},
+                "method": {
+                    "enum": ["fork", "checkpoint"],
+                    "description": "fork: the kernel process was forked (copy-on-write); "
+                    "checkpoint: checkpointed and restored (a kernel that cannot fork)",
+                },
+                "files": {"type": "integer"},
+                "left_behind": {"type": "array", "items": text},
+            },
+        },
+        "RestoreReport": {
+            "type": "object",
+            "required": ["checkpoint", "restored", "modules", "skipped", "files"],
+            "properties": {
+                "checkpoint": {"type": "string", "description": "the checkpoint's id"},
+                "restored": {"type": "array", "items": text},
+                "modules": {"type": "array", "items": text},
+                "skipped": {"type": "array", "items": _ref("Skipped")},
+                "files": {"type": "integer"},
+                "message": nullable_text,
+            },
+        },
+        "Checkpoint": {
+            "type": "object",
+            "required": ["id", "created", "variables", "modules", "skipped", "files", "size"],
+            "properties": {
+                "id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+                "created": text,
+                "session": {
+                    "type": ["string", "null"],
+                    "description": "the session it was made from",
+                },
+                "suspend": {
+                    "type": "boolean",
+                    "description": "made by the server to suspend an idle session",
+                },
+                "python": text,
+                "variables": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "type", "size"],
+                        "properties": {"name": text, "type": text, "size": {"type": "integer"}},
+                    },
+                },
+                "modules": {"type": "object", "additionalProperties": text},
+                "skipped": {"type": "array", "items": _ref("Skipped")},
+                "files": {"type": "integer"},
+                "size": {"type": "integer", "description": "bytes of variable data"},
+                "packages": {"type": "object", "additionalProperties": text},
+            },
+        },
+        "CheckpointList": {
+            "type": "object",
+            "required": ["checkpoints", "unreadable"],
+            "properties": {
+                "checkpoints": {"type": "array", "items": _ref("Checkpoint")},
+                "unreadable": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["id", "message"],
+                        "properties": {"id": text, "message": text},
+                    },
+                },
+            },
+        },
+        "CheckpointDeleted": {
+            "type": "object",
+            "required": ["id", "deleted"],
+            "properties": {"id": text, "deleted": {"const": True}},
         },
         "Execute": {
             "type": "object",
@@ -129,7 +252,7 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
             ],
             "properties": {
                 "id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
-                "state": {"enum": ["starting", "idle", "busy", "culled"]},
+                "state": {"enum": ["starting", "idle", "busy", "suspended", "culled"]},
                 "kernel_name": text,
                 "timeout": {"type": "number"},
                 "created": {"type": "number"},
@@ -139,6 +262,12 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                     "type": "object",
                     "description": "the session options it was created with",
                 },
+                "message": {
+                    "type": "string",
+                    "description": "suspended or culled: what became of its kernel and state",
+                },
+                "fork_report": _ref("ForkReport"),
+                "restore_report": _ref("RestoreReport"),
             },
         },
         "SessionList": {
@@ -181,6 +310,12 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                 "message": nullable_text,
                 "full_output": nullable_text,
                 "language": text,
+                "resumed": {
+                    **_ref("RestoreReport"),
+                    "description": "present when the session was suspended and this "
+                    "execution restored it first: what came back and what did not (also "
+                    "said at the start of message and text)",
+                },
             },
         },
         "FileInfo": {
@@ -345,7 +480,7 @@ def _jupyter_paths() -> dict[str, Any]:
             "parameters": kernel,
             "post": _op(
                 "Restart a kernel (recorded in its session's transcript)",
-                {"200": _json(_ref("Kernel"), "Restarted"), **_errors(404, 409, 503)},
+                {"200": _json(_ref("Kernel"), "Restarted"), **_errors(404, 409, 429, 503)},
                 **tags,
             ),
         },
@@ -371,8 +506,11 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
         },
         "/sessions": {
             "post": _op(
-                "Create a session and start its kernel",
-                {"201": _json(_ref("Session"), "Created"), **_errors(400, 403, 409, 422, 429, 503)},
+                "Create a session and start its kernel (restoring a checkpoint if given)",
+                {
+                    "201": _json(_ref("Session"), "Created (restore_report: from a checkpoint)"),
+                    **_errors(400, 403, 404, 409, 422, 429, 503),
+                },
                 requestBody={"content": {_JSON: {"schema": _ref("CreateSession")}}},
             ),
             "get": _op(
@@ -403,7 +541,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                 "Run code; the ExecutionResult",
                 {
                     "200": _json(_ref("ExecutionResult"), "What the code did, failures included"),
-                    **_errors(400, 404, 409, 413, 503),
+                    **_errors(400, 404, 409, 413, 429, 503),
                 },
                 requestBody=execute_body,
             ),
@@ -418,7 +556,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                         "'dropped' for those left out, then 'result' (or 'error')",
                         "content": {"text/event-stream": {"itemSchema": _ref("Event")}},
                     },
-                    **_errors(400, 404, 409, 413, 503),
+                    **_errors(400, 404, 409, 413, 429, 503),
                 },
                 requestBody=execute_body,
             ),
@@ -434,7 +572,46 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
             "parameters": session,
             "post": _op(
                 "Replace the kernel; state is lost",
-                {"200": _json(_ref("Session"), "Restarted"), **_errors(404, 409, 503)},
+                {"200": _json(_ref("Session"), "Restarted"), **_errors(404, 409, 429, 503)},
+            ),
+        },
+        "/sessions/{session_id}/fork": {
+            "parameters": session,
+            "post": _op(
+                "Fork the session: a new session with a copy of its live state and files",
+                {
+                    "201": _json(_ref("Session"), "The new session, with its fork_report"),
+                    **_errors(400, 404, 409, 429, 503),
+                },
+                requestBody={"content": {_JSON: {"schema": _ref("ForkBody")}}},
+            ),
+        },
+        "/sessions/{session_id}/checkpoint": {
+            "parameters": session,
+            "post": _op(
+                "Checkpoint the session's variables, imports and files into the server's store",
+                {
+                    "201": _json(_ref("Checkpoint"), "The checkpoint"),
+                    **_errors(400, 404, 409, 503),
+                },
+                requestBody={"content": {_JSON: {"schema": _ref("CheckpointBody")}}},
+            ),
+        },
+        "/checkpoints": {
+            "get": _op(
+                "The server's checkpoints (and those it cannot read)",
+                {"200": _json(_ref("CheckpointList"), "Checkpoints"), **_errors()},
+            ),
+        },
+        "/checkpoints/{checkpoint_id}": {
+            "parameters": [_CHECKPOINT_ID],
+            "get": _op(
+                "A checkpoint's manifest summary",
+                {"200": _json(_ref("Checkpoint"), "The checkpoint"), **_errors(404, 422)},
+            ),
+            "delete": _op(
+                "Remove a checkpoint",
+                {"200": _json(_ref("CheckpointDeleted"), "Removed"), **_errors(404, 409)},
             ),
         },
         "/sessions/{session_id}/files": {

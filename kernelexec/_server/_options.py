@@ -366,6 +366,8 @@ def _limits(value: Any, caps: Limits) -> Limits | None:
     chosen: dict[str, int] = {}
     for name, item in value.items():
         low, high = _limit_range(name, caps)
+        if isinstance(item, float) and item.is_integer():
+            item = int(item)  # 3000.0 is the whole number JSON Schema's "integer" allows
         if isinstance(item, bool) or not isinstance(item, int) or not low <= item <= high:
             raise _invalid(
                 f"limits.{name} must be a whole number from {low:,} to {high:,} (the server's cap)"

@@ -10,14 +10,17 @@ nesting) rather than not at all.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
+from .._checkpoint import RestoreReport
 from .._models import ExecutionResult
 
-__all__ = ["MAX_DEPTH", "result_json"]
+__all__ = ["MAX_DEPTH", "result_json", "resumed_result"]
 
 MAX_DEPTH = 64
 """Containers nested deeper than this in a result that failed to encode are left out."""
@@ -29,16 +32,46 @@ def _encode(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=True, allow_nan=False).encode("ascii")
 
 
-def result_json(result: ExecutionResult) -> bytes:
-    """The result's ``to_dict()`` as ASCII JSON bytes."""
+def result_json(result: ExecutionResult, extra: Mapping[str, Any] | None = None) -> bytes:
+    """The result's ``to_dict()`` (and the server's ``extra`` fields) as ASCII JSON bytes."""
     try:
-        return _encode(result.to_dict())
+        return _encode(result.to_dict() | dict(extra or {}))
     except (ValueError, RecursionError):
         pass  # NaN or Infinity, or nesting deeper than the encoder (or asdict) can go
     shallow = {f.name: getattr(result, f.name) for f in fields(result)}
     if result.error is not None:
         shallow["error"] = asdict(result.error)
-    return _encode(_strict(shallow, 0))
+    return _encode(_strict(shallow | dict(extra or {}), 0))
+
+
+def resumed_result(result: ExecutionResult, report: RestoreReport, idle: float) -> ExecutionResult:
+    """The result of the execution that woke a suspended session, saying so first.
+
+    ``message`` and ``text`` begin with what came back and what did not;
+    ``restarted`` is true: the kernel is a new one, and what was not restored
+    (open files, threads, sockets, a variable that could not be pickled) is gone.
+    """
+    said = (
+        f"This session had been suspended after {idle:.0f} s idle (state checkpointed, "
+        "kernel shut down); a new kernel was started in the same work dir and "
+        f"{len(report.restored)} variables and {len(report.modules)} modules were restored "
+        "before this code ran"
+    )
+    if report.restored:
+        said += f" ({', '.join(report.restored)})"
+    said += "."
+    if report.skipped:
+        said += (
+            " Not restored: "
+            + "; ".join(f"{s.name} ({s.type}): {s.reason}" for s in report.skipped)
+            + "."
+        )
+    if report.message:
+        said += f" {report.message}"
+    message = f"{said} {result.message}" if result.message else said
+    return dataclasses.replace(
+        result, message=message, text=f"[kernelexec] {said}\n{result.text}", restarted=True
+    )
 
 
 def _strict(value: Any, depth: int) -> Any:

@@ -1,4 +1,4 @@
-"""The HTTP routes: sessions, execution, files and the notebook."""
+"""The HTTP routes: sessions, execution, forks, checkpoints, files and the notebook."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from .. import __version__
 from .._exceptions import KernelStartError, SessionClosedError
 from .._live import OutputListener
 from .._models import ExecutionResult
-from ._bodies import ExecuteRequest, body_chunks, parse_create, parse_execute
+from ._bodies import ExecuteRequest, body_chunks, parse_create, parse_execute, parse_flags
 from ._config import ServerConfig
 from ._errors import ApiError, JSONResponse
 from ._files import download as file_download
 from ._files import list_files, read_notebook, write_file
 from ._paths import check_file_path, too_long
 from ._registry import Entry, Registry
-from ._results import result_json
+from ._results import result_json, resumed_result
 from ._sse import OutputQueue, execution_events
 
 __all__ = ["ROUTES", "ServerState", "route"]
@@ -51,6 +51,16 @@ def _id(request: Request) -> str:
     return str(request.path_params["session_id"])
 
 
+def _described(entry: Entry) -> dict[str, Any]:
+    """A session as the API describes it, with how it was forked or restored."""
+    data = entry.to_dict()
+    if entry.fork_report is not None:
+        data["fork_report"] = entry.fork_report.to_dict()
+    if entry.restore_report is not None:
+        data["restore_report"] = entry.restore_report.to_dict()
+    return data
+
+
 async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok", "version": __version__})
 
@@ -63,7 +73,7 @@ async def create_session(request: Request) -> Response:
     state = _state(request)
     body = await parse_create(request, state.config, state.kernel_names)
     entry = await state.registry.create(body)
-    return JSONResponse(entry.to_dict(), status_code=201)
+    return JSONResponse(_described(entry), status_code=201)
 
 
 async def list_sessions(request: Request) -> Response:
@@ -84,17 +94,23 @@ async def delete_session(request: Request) -> Response:
 
 
 async def _execute(
-    entry: Entry, body: ExecuteRequest, on_output: OutputListener | None
+    entry: Entry, body: ExecuteRequest, on_output: OutputListener | None, extra: dict[str, Any]
 ) -> ExecutionResult:
+    """Runs the code; a resume before it is told in the result and in ``extra``."""
     entry.executions += 1
     try:
-        return await entry.session.execute(
+        result = await entry.session.execute(
             body.code,
             language=body.language,
             timeout=body.timeout,
             stdin=body.stdin,
             on_output=on_output,
         )
+        report, entry.resumed = entry.resumed, None
+        if report is None:
+            return result
+        extra["resumed"] = report.to_dict()
+        return resumed_result(result, report, entry.idle_for)
     except SessionClosedError:
         raise ApiError(
             409,
@@ -109,21 +125,23 @@ async def execute(request: Request) -> Response:
     state = _state(request)
     state.registry.get_live(_id(request))  # a 404 or 409 before reading the body
     body = await parse_execute(request, state.config)
+    extra: dict[str, Any] = {}
     async with state.registry.using(_id(request)) as entry:
-        result = await _execute(entry, body, None)
-    return Response(result_json(result), media_type="application/json")
+        result = await _execute(entry, body, None, extra)
+    return Response(result_json(result, extra), media_type="application/json")
 
 
 async def execute_stream(request: Request) -> Response:
     state = _state(request)
     state.registry.get_live(_id(request))
     body = await parse_execute(request, state.config)
-    entry = state.registry.acquire(_id(request))
     queue = OutputQueue(state.config.max_stream_buffer)
+    extra: dict[str, Any] = {}
+    entry = await state.registry.acquire(_id(request))
 
     async def run() -> ExecutionResult:
         try:
-            return await _execute(entry, body, lambda live: queue.put(live.output))
+            return await _execute(entry, body, lambda live: queue.put(live.output), extra)
         finally:
             state.registry.release(entry)
 
@@ -132,7 +150,7 @@ async def execute_stream(request: Request) -> Response:
     state.tasks.add(task)
     task.add_done_callback(_forget(state.tasks))
     return StreamingResponse(
-        execution_events(task, queue),
+        execution_events(task, queue, extra=extra),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -155,6 +173,44 @@ async def interrupt(request: Request) -> Response:
 async def restart(request: Request) -> Response:
     entry = await _state(request).registry.restart(_id(request))
     return JSONResponse(entry.to_dict())
+
+
+async def fork(request: Request) -> Response:
+    state = _state(request)
+    state.registry.get_live(_id(request))  # a 404 or 409 before reading the body
+    flags = await parse_flags(request, state.config, wait=True)
+    entry = await state.registry.fork(_id(request), wait=flags["wait"])
+    return JSONResponse(_described(entry), status_code=201)
+
+
+async def checkpoint(request: Request) -> Response:
+    state = _state(request)
+    state.registry.get_live(_id(request))
+    flags = await parse_flags(request, state.config, files=True)
+    info = await state.registry.checkpoint(_id(request), files=flags["files"])
+    return JSONResponse(info.to_dict(), status_code=201)
+
+
+def _checkpoint_id(request: Request) -> str:
+    return str(request.path_params["checkpoint_id"])
+
+
+async def list_checkpoints(request: Request) -> Response:
+    store = _state(request).registry.store
+    return JSONResponse(await asyncio.to_thread(store.listing))
+
+
+async def get_checkpoint(request: Request) -> Response:
+    registry = _state(request).registry
+    checkpoint_id = _checkpoint_id(request)
+    saved = await asyncio.to_thread(registry.open_checkpoint, checkpoint_id)
+    return JSONResponse(registry.store.describe(checkpoint_id, saved).to_dict())
+
+
+async def delete_checkpoint(request: Request) -> Response:
+    checkpoint_id = _checkpoint_id(request)
+    await _state(request).registry.delete_checkpoint(checkpoint_id)
+    return JSONResponse({"id": checkpoint_id, "deleted": True})
 
 
 async def files(request: Request) -> Response:
@@ -251,6 +307,10 @@ ROUTES = [
     route(f"{_SESSION}/execute/stream", POST=execute_stream),
     route(f"{_SESSION}/interrupt", POST=interrupt),
     route(f"{_SESSION}/restart", POST=restart),
+    route(f"{_SESSION}/fork", POST=fork),
+    route(f"{_SESSION}/checkpoint", POST=checkpoint),
+    route("/checkpoints", GET=list_checkpoints),
+    route("/checkpoints/{checkpoint_id}", GET=get_checkpoint, DELETE=delete_checkpoint),
     route(f"{_SESSION}/files", GET=files),
     route(f"{_SESSION}/files/{{path:path}}", GET=download, PUT=upload),
     route(f"{_SESSION}/notebook", GET=notebook),

@@ -175,9 +175,17 @@ class OutputQueue:
 
 
 async def execution_events(
-    task: asyncio.Task[ExecutionResult], queue: OutputQueue, *, keepalive: float = KEEPALIVE
+    task: asyncio.Task[ExecutionResult],
+    queue: OutputQueue,
+    *,
+    keepalive: float = KEEPALIVE,
+    extra: dict[str, Any] | None = None,
 ) -> AsyncIterator[bytes]:
-    """The SSE body for an execution running as ``task`` and feeding ``queue``."""
+    """The SSE body for an execution running as ``task`` and feeding ``queue``.
+
+    ``extra``: fields the result event gets besides the result's own, filled
+    in by the time ``task`` ends (``resumed``).
+    """
     task.add_done_callback(lambda _: queue.wake())
     while True:
         for item in queue.take():
@@ -204,4 +212,4 @@ async def execution_events(
             {"error": "internal", "message": f"the execution failed: {type(exc).__name__}: {exc}"},
         ).encode("ascii")
     else:
-        yield b"event: result\ndata: " + result_json(task.result()) + b"\n\n"
+        yield b"event: result\ndata: " + result_json(task.result(), extra) + b"\n\n"
