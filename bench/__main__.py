@@ -203,6 +203,15 @@ ROWS = [
         full_n=20_000,
         quick_n=2_000,
     ),
+    Row(
+        "fidelity: sessions whose kernel was forked from a zygote",
+        "fidelity",
+        ("kernelexec",),
+        lambda r: f"{int(sum(r.get('forked', [0])))} of {fidelity.SESSIONS * len(r['executed'])}",
+        "",
+        full_n=20_000,
+        quick_n=2_000,
+    ),
     # Issue #19: the data stack (numpy, pandas, matplotlib) preloaded, no pool.
     Row(
         "cold data-stack (create -> DataFrame probe) p50",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 from kernelexec import AsyncSession
@@ -45,3 +47,43 @@ async def test_executions_on_one_session_run_first_come_first_served(
     results = await asyncio.gather(*calls)
     assert [r.stdout for r in results] == [f"{n}\n" for n in range(12)]
     assert (await session.execute("order")).text == f"{list(range(12))}\n"
+
+
+MANY_SOCKETS = """
+import asyncio, resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 20000), hard))
+from jupyter_client.session import Session
+from kernelexec import AsyncSession
+from kernelexec._backends._local import _context
+from kernelexec._backends._zmq import KernelSockets
+
+async def main():
+    async with AsyncSession(sys.argv[1]) as session:
+        await session.execute("1")
+        backend = session._backend
+        info = backend.connection_info()
+        # Three sockets each, as a kernel's: 400 of them is 1,200 sockets (each
+        # its own client of the kernel, with its own identity, as another kernel's would be).
+        held = [
+            KernelSockets(info, Session(key=info["key"].encode()), _context()) for _ in range(400)
+        ]
+        print((await session.execute("print('still answers')")).stdout.strip())
+        for sockets in held:
+            sockets.close()
+
+asyncio.run(main())
+"""
+
+
+def test_one_process_holds_the_sockets_of_hundreds_of_kernels(tmp_path: Path) -> None:
+    # libzmq allows 1,023 sockets per context unless told otherwise: a server
+    # with about 340 sessions failed every new one with "Too many open files".
+    done = subprocess.run(
+        [sys.executable, "-c", MANY_SOCKETS, str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "still answers"

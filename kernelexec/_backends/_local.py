@@ -65,6 +65,10 @@ def _context() -> zmq.asyncio.Context:
     global _CONTEXT
     if _CONTEXT is None:
         _CONTEXT = zmq.asyncio.Context()
+        # libzmq's default, 1,023 sockets, is about 340 kernels (three sockets
+        # each): a server holding more failed with "Too many open files".
+        # Set before the first socket; the open-files limit still applies.
+        _CONTEXT.set(zmq.MAX_SOCKETS, _CONTEXT.get(zmq.SOCKET_LIMIT))
     return _CONTEXT
 
 
