@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from servers import eg_gateway, kernel_image, tuned_gateway
 
-from kernelexec import AsyncSession, DockerBackend, GatewayBackend, KernelBackend
+from kernelexec import AsyncSession, CheckpointError, DockerBackend, GatewayBackend, KernelBackend
 
 # A 1x1 PNG.
 PNG = (
@@ -111,3 +111,27 @@ async def test_kernel_death_is_reported_and_the_next_execute_works(ksession: Asy
     assert "gone" in result.text
     after = await ksession.execute("print('alive'); 'x' in globals()")
     assert after.ok and after.text.startswith("alive\nFalse\n"), after.text
+
+
+async def test_a_fork_carries_the_state_on_every_backend(
+    ksession: AsyncSession, kind: str, tmp_path: Path
+) -> None:
+    # A local kernel forks as a process; a gateway's or a container's is
+    # checkpointed and restored into a new kernel of the same kind.
+    await ksession.execute("import math\nsaved = {'pi': round(math.pi, 3)}")
+    if not SHARES_WORK_DIR[kind]:
+        # Enterprise Gateway's kernel runs elsewhere (its cwd is not the work
+        # dir) in a Python of its own (without cloudpickle in the test's): a
+        # checkpoint cannot be made there, and the error says why.
+        with pytest.raises(CheckpointError, match="cloudpickle|work dir"):
+            await ksession.fork(tmp_path / "fork")
+        return
+    async with await ksession.fork(tmp_path / "fork") as fork:
+        report = fork.fork_report
+        assert report is not None
+        assert report.method == ("fork" if kind == "local" else "checkpoint")
+        assert type(fork._backend) is type(ksession._backend)
+        answer = await fork.execute("print(saved['pi'], math.sqrt(4))")
+        assert answer.stdout == "3.142 2.0\n", answer.text
+        await fork.execute("saved['pi'] = 0")
+    assert (await ksession.execute("print(saved['pi'])")).stdout == "3.142\n"
