@@ -123,7 +123,7 @@ async def test_a_fork_carries_the_state_on_every_backend(
         # Enterprise Gateway's kernel runs elsewhere (its cwd is not the work
         # dir) in a Python of its own (without cloudpickle in the test's): a
         # checkpoint cannot be made there, and the error says why.
-        with pytest.raises(CheckpointError, match="cloudpickle|work dir"):
+        with pytest.raises(CheckpointError, match=r"cloudpickle|work dir"):
             await ksession.fork(tmp_path / "fork")
         return
     async with await ksession.fork(tmp_path / "fork") as fork:
