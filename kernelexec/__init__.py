@@ -28,7 +28,7 @@ from ._exceptions import (
 from ._fork import ForkReport
 from ._live import LiveOutput
 from ._markdown import BlockResult
-from ._models import ExecutionError, ExecutionResult, Limits, Status
+from ._models import ExecutionError, ExecutionResult, Limits, Status, Usage
 from ._pool import KernelPool
 from ._remote_models import CheckpointInfo, FileInfo, SessionInfo
 from ._replay import CellReplay, ReplayReport
@@ -77,5 +77,6 @@ __all__ = [
     "SessionNotFoundError",
     "SkippedVariable",
     "Status",
+    "Usage",
     "__version__",
 ]

@@ -95,6 +95,7 @@ def assemble(
         message=message,
         full_output=full_output,
         language=language,
+        usage=folded.usage,
     )
     return Assembly(result=result, outputs=folded.outputs)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-__all__ = ["ExecutionError", "ExecutionResult", "Limits", "Status"]
+__all__ = ["ExecutionError", "ExecutionResult", "Limits", "Status", "Usage"]
 
 Status = Literal["ok", "error", "timeout", "kernel_died", "cancelled"]
 
@@ -24,6 +24,43 @@ class ExecutionError:
     ename: str
     evalue: str
     traceback: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one execution cost, measured inside a kernel kernelexec booted.
+
+    From just before the code ran to just before the kernel replied, so it
+    leaves out the trip to and from the kernel (``ExecutionResult.duration``
+    has it all).
+
+    Attributes:
+        wall_seconds: the time the kernel took to run the code.
+        user_seconds, system_seconds: CPU time of the kernel (all its threads)
+            and of the child processes it waited for during the execution
+            (``subprocess.run``, ``!cmd``, ``%%bash``); a child still running
+            when the execution ended, or never waited for, is not counted.
+        peak_rss_bytes: the kernel process's peak resident memory during this
+            execution (Linux resets the peak at its start). None where the
+            peak cannot be reset (not Linux; a non-root kernel, which
+            kernelexec makes non-dumpable, may not reset its own) and the
+            execution did not raise the kernel's lifetime peak.
+        children_user_seconds, children_system_seconds: the children's part
+            of ``user_seconds`` and ``system_seconds``.
+        children_max_rss_bytes: the largest peak resident memory of any child
+            process the kernel has waited for since it started (0: none yet).
+            Not per execution: the OS keeps only this running maximum, so it
+            grew in this execution only if one of its children was bigger
+            than every earlier one.
+    """
+
+    wall_seconds: float
+    user_seconds: float
+    system_seconds: float
+    peak_rss_bytes: int | None
+    children_user_seconds: float
+    children_system_seconds: float
+    children_max_rss_bytes: int
 
 
 @dataclass(frozen=True)
@@ -48,6 +85,9 @@ class ExecutionResult:
         full_output: where the complete output was written when ``text`` or
             the streams were cut, relative to the work dir.
         language: the language the block ran as ("python" or "bash").
+        usage: CPU time and peak memory of this execution, measured in the
+            kernel (see ``Usage``); None for a kernel kernelexec did not boot
+            (other kernelspecs, a gateway's) and when the kernel never replied.
     """
 
     status: Status
@@ -63,6 +103,7 @@ class ExecutionResult:
     message: str | None = None
     full_output: str | None = None
     language: str = "python"
+    usage: Usage | None = None
 
     @property
     def ok(self) -> bool:
@@ -78,6 +119,8 @@ class ExecutionResult:
         values = {k: v for k, v in data.items() if k in known}
         if values.get("error") is not None:
             values["error"] = ExecutionError(**values["error"])
+        if values.get("usage") is not None:
+            values["usage"] = Usage(**values["usage"])
         return cls(**values)
 
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from ._ansi import strip_ansi
 from ._kernel.caps import Capper, Caps, Cut
-from ._models import ExecutionError, Limits
+from ._models import ExecutionError, Limits, Usage
 
 __all__ = [
     "ExecutionReducer",
@@ -26,6 +26,7 @@ __all__ = [
     "live_output",
     "notebook_output",
     "stream_cut_marker",
+    "usage_from",
 ]
 
 Message = dict[str, Any]
@@ -36,6 +37,9 @@ Record = dict[str, Any]
 _KERNEL_FILE = re.compile(r"outputs/[A-Za-z0-9][A-Za-z0-9._+-]{0,150}")
 _NOTED_CUTS = 5  # cuts described one by one in the result's message
 _KEPT_CUTS = 1_000  # cuts listed (their files in the result's files); the rest counted
+_USAGE_KEY = "kernelexec_usage"  # the execute_reply's metadata, from _kernel/usage.py
+_MAX_SECONDS = 1e9  # beyond any real execution: a kernel reporting more is not believed
+_MAX_BYTES = 1 << 60
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Folded:
     cut_at: int | None = None  # the output whose text starts with the stream cut's marker
     saved_files: list[str] = field(default_factory=list)  # the whole of cut outputs
     notes: list[str] = field(default_factory=list)  # what the cuts were, for the message
+    usage: Usage | None = None  # as the kernel measured it, if it did
 
 
 class ExecutionReducer:
@@ -94,6 +99,7 @@ class ExecutionReducer:
         self.replied = False
         self.execution_count: int | None = None
         self.error: ExecutionError | None = None
+        self.usage: Usage | None = None
         self._limits = limits
         self._outputs: list[dict[str, Any]] = []
         self._display_ids: dict[str, list[int]] = {}
@@ -190,6 +196,7 @@ class ExecutionReducer:
                 )
             ),
             notes=self._notes(cuts),
+            usage=self.usage,
         )
 
     # -- handlers, one per message type
@@ -260,6 +267,7 @@ class ExecutionReducer:
     def _on_execute_reply(self, msg: Message) -> None:
         content = msg["content"]
         self.replied = True
+        self.usage = usage_from((msg.get("metadata") or {}).get(_USAGE_KEY))
         if content.get("execution_count") is not None:
             self.execution_count = content["execution_count"]
         status = content.get("status")
@@ -422,6 +430,36 @@ def cut_records(value: object) -> list[Record]:
             }
         )
     return records
+
+
+def usage_from(value: object) -> Usage | None:
+    """The ``Usage`` in an execute_reply's metadata, None if absent or malformed.
+
+    The kernel runs the code being measured, which may rewrite what it
+    reports: every figure must be a finite number in range, or none is taken.
+    """
+    if not isinstance(value, dict):
+        return None
+    seconds: dict[str, float] = {}
+    for name in (
+        "wall_seconds",
+        "user_seconds",
+        "system_seconds",
+        "children_user_seconds",
+        "children_system_seconds",
+    ):
+        number = value.get(name)
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            return None
+        if not 0 <= number <= _MAX_SECONDS:
+            return None  # NaN too: it compares false
+        seconds[name] = round(float(number), 6)
+    peak, children_peak = value.get("peak_rss_bytes"), value.get("children_max_rss_bytes")
+    if peak is not None and not (type(peak) is int and 0 <= peak <= _MAX_BYTES):
+        return None
+    if not (type(children_peak) is int and 0 <= children_peak <= _MAX_BYTES):
+        return None
+    return Usage(**seconds, peak_rss_bytes=peak, children_max_rss_bytes=children_peak)
 
 
 def _describe_cut(record: Record) -> str:

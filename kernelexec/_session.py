@@ -32,6 +32,7 @@ from ._replay import ReplayReport, read_code_cells, replay_into
 from ._restore import restart_keeping_state, restore_session
 from ._run import Outcome, run_code
 from ._transcript import Transcript, code_cell, note_cell
+from ._variables import Variable, VariableDetail, ask_variables
 from ._venv import ensure_env
 
 __all__ = ["AsyncSession"]
@@ -493,6 +494,48 @@ class AsyncSession:
         """
         return await fork_session(self, work_dir, wait=wait)
 
+    async def variables(self) -> list[Variable]:
+        """The user namespace's variables, briefly, without running a cell.
+
+        Answers while a cell runs (the kernel's control channel); the
+        execution count, ``In``/``Out`` and the transcript are not touched.
+        IPython's own names, names starting with ``_`` and modules are left
+        out. An object whose repr, length or size raises or takes too long
+        is listed with ``unavailable`` saying so. A session whose kernel has
+        not started has none.
+
+        Raises:
+            SessionClosedError: the session was closed.
+            KernelexecError: the backend cannot be asked (a gateway), or the
+                kernel did not answer.
+        """
+        self._check_open()
+        if not self._kernel_up:
+            return []
+        reply = await ask_variables(self._backend, None)
+        listed = reply.get("variables")
+        return (
+            [Variable.from_dict(v) for v in listed if isinstance(v, dict)]
+            if isinstance(listed, list)
+            else []
+        )
+
+    async def inspect(self, name: str) -> VariableDetail | None:
+        """One variable in more detail (a DataFrame's columns, dtypes and head); None if unknown.
+
+        Like ``variables()``, answers while a cell runs and runs no cell.
+
+        Raises:
+            SessionClosedError: the session was closed.
+            KernelexecError: the backend cannot be asked, or the kernel did not answer.
+        """
+        self._check_open()
+        if not self._kernel_up:
+            return None
+        reply = await ask_variables(self._backend, name)
+        found = reply.get("variable")
+        return VariableDetail.from_dict(found) if isinstance(found, dict) else None
+
     async def flush(self) -> None:
         """Returns once the transcript file holds every execution so far."""
         await self._transcript.flush()
@@ -625,6 +668,7 @@ class AsyncSession:
                 started=started_wall,
                 finished=time.time(),
                 failed=status != "ok",
+                usage=result.usage,
                 kernelexec={
                     "status": status,
                     "language": language,

@@ -23,6 +23,7 @@ from ._markdown import BlockResult
 from ._models import ExecutionResult
 from ._replay import ReplayReport
 from ._session import AsyncSession
+from ._variables import Variable, VariableDetail
 
 __all__ = ["Session"]
 
@@ -220,6 +221,14 @@ class Session:
         child._async = _call(self._async.fork(work_dir, wait=wait))
         _open.add(child._async)
         return child
+
+    def variables(self) -> list[Variable]:
+        """AsyncSession.variables, synchronously; from another thread while a cell runs."""
+        return _call(self._async.variables())
+
+    def inspect(self, name: str) -> VariableDetail | None:
+        """AsyncSession.inspect, synchronously; None for an unknown name."""
+        return _call(self._async.inspect(name))
 
     def flush(self) -> None:
         _call(self._async.flush())

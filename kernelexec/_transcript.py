@@ -27,11 +27,12 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from . import _workdir
+from ._models import Usage
 
 __all__ = ["Transcript", "code_cell", "note_cell", "session_note"]
 
@@ -221,15 +222,18 @@ def code_cell(
     finished: float,
     kernelexec: dict[str, Any],
     failed: bool,
+    usage: Usage | None = None,
 ) -> dict[str, Any]:
     """A code cell for one execution, with nbclient-style timing metadata.
 
     Failed cells carry the ``raises-exception`` tag, so nbclient replays the
-    notebook past them as it would any notebook that documents an error.
+    notebook past them as it would any notebook that documents an error. The
+    execution's ``usage`` goes into the ``kernelexec`` metadata as
+    ``ExecutionResult.to_dict()`` has it (null when the kernel did not measure it).
     """
     metadata: dict[str, Any] = {
         "execution": {"iopub.execute_input": _iso(started), "shell.execute_reply": _iso(finished)},
-        "kernelexec": kernelexec,
+        "kernelexec": {**kernelexec, "usage": asdict(usage) if usage is not None else None},
     }
     if failed:
         metadata["tags"] = ["raises-exception"]

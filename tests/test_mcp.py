@@ -34,6 +34,8 @@ TOOLS = {
     "fork_session",
     "checkpoint_session",
     "restore_session",
+    "list_variables",
+    "inspect_variable",
 }
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\nprint('plotted')"
 

@@ -51,6 +51,8 @@ ROUTES = [
     ("POST", "/sessions/{id}/execute/stream"),
     ("POST", "/sessions/{id}/interrupt"),
     ("POST", "/sessions/{id}/restart"),
+    ("GET", "/sessions/{id}/variables"),
+    ("GET", "/sessions/{id}/variables/{name}"),
     ("GET", "/sessions/{id}/files"),
     ("GET", "/sessions/{id}/files/{path}"),
     ("PUT", "/sessions/{id}/files/{path}"),
@@ -103,7 +105,7 @@ def test_every_route_but_health_needs_the_token(
 ) -> None:
     (server.work_root / sid / "keep.txt").write_text("kept")
     for method, path in ROUTES:
-        url = server.url + path.format(id=sid, path="keep.txt")
+        url = server.url + path.format(id=sid, path="keep.txt", name="x")
         response = httpx.request(method, url, headers=headers, json={"code": "1"}, trust_env=False)
         assert response.status_code == 401, (method, path, response.text)
         assert response.json()["error"] == "unauthorized"

@@ -30,7 +30,7 @@ from .._secrecy import protect_process
 from ._base import KernelMessage
 from ._kernel_fork import KernelFork
 from ._ready import await_kernel_info
-from ._zmq import KernelSockets
+from ._zmq import KernelSockets, ask_control
 from ._zygote import ForkedKernel, Zygote, ZygoteGone, zygote_for
 
 __all__ = ["LocalBackend"]
@@ -408,6 +408,27 @@ class LocalBackend:
         booted = self.python is not None or self.kernel_name == "python3"
         running = self._channels is not None and self._process is not None
         return booted and running and hasattr(os, "pidfd_open")
+
+    async def ask_control(
+        self, msg_type: str, content: dict[str, Any], reply: str, timeout: float
+    ) -> dict[str, Any] | None:
+        """A request to kernelexec's boot script on the control channel; None if unanswered.
+
+        Raises:
+            KernelStartError: the kernel is not running, or is not one of
+                kernelexec's boot script (another kernelspec's does not know the request).
+        """
+        channels, info = self._channels, self.connection_info()
+        if channels is None or info is None:
+            raise KernelStartError("the kernel is not running")
+        if self.python is None and self.kernel_name != "python3":
+            raise KernelStartError(
+                f"the {self.kernel_name!r} kernel was not started by kernelexec's boot script, "
+                "which answers this request; use the default kernel (or python=)"
+            )
+        return await ask_control(
+            info, channels.session, _context(), msg_type, content, reply, timeout
+        )
 
     async def _ask(
         self, channels: KernelSockets, msg_type: str, content: dict[str, Any], reply: str

@@ -20,6 +20,7 @@ can say when nothing the kernel sends can be lost any more.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import json
@@ -33,7 +34,7 @@ from jupyter_client.session import DELIM, Session
 
 from ._base import KernelMessage
 
-__all__ = ["KernelSockets"]
+__all__ = ["KernelSockets", "ask_control"]
 
 log = logging.getLogger("kernelexec")
 
@@ -210,6 +211,76 @@ class KernelSockets:
         msg["msg_id"] = msg["header"].get("msg_id")
         msg["msg_type"] = msg["header"].get("msg_type")
         return msg
+
+
+async def ask_control(
+    info: Mapping[str, Any],
+    session: Session,
+    context: zmq.Context[Any],
+    msg_type: str,
+    content: dict[str, Any],
+    reply: str,
+    timeout: float,
+) -> dict[str, Any] | None:
+    """Sends a request on the kernel's control channel; its reply's content, or None.
+
+    A DEALER of its own, made for the one request and closed after: the
+    kernel's other sockets, read by an execution meanwhile, are not touched,
+    and a kernel holds no fourth socket per session for a rare request.
+    ipykernel 7 serves control on a thread of its own, so the reply comes while
+    a cell runs. None after ``timeout`` s (a kernel that does not know the
+    request never replies to it).
+    """
+    sock: zmq.Socket[bytes] = zmq.Socket(context, zmq.DEALER)
+    loop = asyncio.get_running_loop()
+    arrived = loop.create_future()
+    sock.linger = 0
+    sock.reconnect_ivl = _RECONNECT_MS
+    fd = sock.fileno()
+
+    def wake() -> None:
+        if not arrived.done():
+            arrived.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        sock.connect(_url(info, "control"))
+        msg = session.msg(msg_type, content)
+        session.send(sock, msg)
+        deadline = loop.time() + timeout
+        while True:
+            while _readable(sock):
+                got = _reply_to(session, sock.recv_multipart(_NOBLOCK), msg, reply)
+                if got is not None:
+                    return got
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            arrived = loop.create_future()
+            if _readable(sock):  # reading ZMQ_EVENTS re-armed the descriptor: look again
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(arrived), left)
+    finally:
+        loop.remove_reader(fd)
+        sock.close()
+
+
+def _reply_to(
+    session: Session, parts: list[bytes], request: dict[str, Any], reply: str
+) -> dict[str, Any] | None:
+    # Through jupyter_client's own checks (signature, JSON); anything else is dropped.
+    try:
+        _, frames = session.feed_identities(parts)
+        msg = session.deserialize(frames)
+    except Exception:
+        log.warning("kernelexec: dropped a malformed or unsigned control message")
+        return None
+    parent = msg.get("parent_header") or {}
+    if msg.get("msg_type") != reply or parent.get("msg_id") != request["header"]["msg_id"]:
+        return None
+    content = msg.get("content")
+    return dict(content) if isinstance(content, dict) else None
 
 
 def _url(info: Mapping[str, Any], channel: str) -> str:

@@ -83,6 +83,8 @@ def start_app(after_init: Any = None) -> None:
         instance = app.instance()
         instance.initialize()
         fork.install(instance.kernel)
+        load("usage").install(instance.kernel)
+        load("variables").install(instance.kernel)
         if after_init is not None:
             after_init(instance)
         instance.start()

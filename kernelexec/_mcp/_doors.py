@@ -15,11 +15,18 @@ import json
 import re
 from pathlib import PurePosixPath
 from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 from .._checkpoint import RestoreReport
 from .._client import AsyncClient
 from .._client._base import Call, Made, calls
-from .._exceptions import CheckpointError, ConfigurationError, KernelStartError, ServerError
+from .._exceptions import (
+    CheckpointError,
+    ConfigurationError,
+    KernelexecError,
+    KernelStartError,
+    ServerError,
+)
 from .._models import ExecutionResult
 from .._remote_models import CheckpointInfo, SessionInfo
 from .._server._checkpoints import CheckpointStore, UnknownCheckpoint
@@ -71,6 +78,14 @@ class Door(Protocol):
 
     async def where(self, name: str, path: str) -> str:
         """Where a person finds the whole file, for messages."""
+        ...
+
+    async def variables(self, name: str) -> list[dict[str, Any]]:
+        """The session's variables, as ``GET /sessions/{id}/variables`` lists them."""
+        ...
+
+    async def inspect(self, name: str, variable: str) -> dict[str, Any] | None:
+        """One variable in detail; None if the namespace has none such."""
         ...
 
     async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
@@ -165,6 +180,21 @@ class LocalDoor:
     async def where(self, name: str, path: str) -> str:
         target = confined(self.sessions.get(name).work_dir, path)
         return f"open {target} on the MCP server's machine"
+
+    async def variables(self, name: str) -> list[dict[str, Any]]:
+        session = self.sessions.get(name)
+        try:
+            return [v.to_dict() for v in await session.variables()]
+        except KernelexecError as exc:
+            raise SessionError(f"cannot list {name!r}'s variables: {exc}") from None
+
+    async def inspect(self, name: str, variable: str) -> dict[str, Any] | None:
+        session = self.sessions.get(name)
+        try:
+            found = await session.inspect(variable)
+        except KernelexecError as exc:
+            raise SessionError(f"cannot inspect {variable!r} in {name!r}: {exc}") from None
+        return None if found is None else found.to_dict()
 
     async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
         parent = self.sessions.get(name)
@@ -317,6 +347,21 @@ class RemoteDoor:
         session_id = self._known(name)
         clean = str(PurePosixPath(path))
         return f"download {self.client.url}/sessions/{session_id}/files/{clean}"
+
+    async def variables(self, name: str) -> list[dict[str, Any]]:
+        path = f"/sessions/{self._known(name)}/variables"
+        listed = await self._call(calls.raw("GET", path, _json))
+        return list(listed["variables"])
+
+    async def inspect(self, name: str, variable: str) -> dict[str, Any] | None:
+        path = f"/sessions/{self._known(name)}/variables/{quote(variable, safe='')}"
+        try:
+            found: dict[str, Any] = await self.client._send(calls.raw("GET", path, _json))
+        except ServerError as exc:
+            if exc.status == 404 and exc.code == "variable_not_found":
+                return None
+            raise SessionError(str(exc)) from None
+        return found
 
     async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
         if new_name is not None and self._id(check_name(new_name)) is not None:

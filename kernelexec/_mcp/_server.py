@@ -183,6 +183,31 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
         return json.dumps(await _tool(sessions.restore(checkpoint, name)), indent=1)
 
     @server.tool()
+    async def list_variables(session: str = "default") -> str:
+        """Lists a session's variables without running code, even while code runs.
+
+        Each: name, type, shape or length, dtype, approximate bytes and a short
+        repr; "unavailable" says why an object could not describe itself.
+        """
+        return json.dumps(await _tool(sessions.variables(session)), indent=1)
+
+    @server.tool()
+    async def inspect_variable(name: str, session: str = "default") -> str:
+        """Describes one variable in detail without running code, even while code runs.
+
+        A DataFrame's columns, dtypes and first rows; anything else's longer
+        repr, length and public attributes.
+
+        Args:
+            name: the variable's name, as list_variables gives it.
+            session: the session's name.
+        """
+        found = await _tool(sessions.inspect(session, name))
+        if found is None:
+            raise ToolError(f"no variable {name[:100]!r} in session {session!r}; list_variables")
+        return json.dumps(found, indent=1)
+
+    @server.tool()
     async def list_files(session: str = "default") -> str:
         """Lists the files in a session's work dir: path, size in bytes, modified time."""
         return json.dumps(await _tool(sessions.files(session)), indent=1)

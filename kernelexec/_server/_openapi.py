@@ -70,6 +70,13 @@ _PATH = {
     "none empty, '.' or '..', without NUL, backslash or percent-escapes",
     "schema": path_schema(),
 }
+_VARIABLE = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "description": "A variable's name (404 if the namespace has none such)",
+    "schema": {"type": "string", "minLength": 1},
+}
 _CHECKPOINT_ID = {
     "name": "checkpoint_id",
     "in": "path",
@@ -310,12 +317,30 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                 "message": nullable_text,
                 "full_output": nullable_text,
                 "language": text,
+                "usage": {
+                    "oneOf": [{"type": "null"}, _ref("Usage")],
+                    "description": "CPU time and peak memory of this execution, measured in "
+                    "the kernel; null for kernels kernelexec did not boot",
+                },
                 "resumed": {
                     **_ref("RestoreReport"),
                     "description": "present when the session was suspended and this "
                     "execution restored it first: what came back and what did not (also "
                     "said at the start of message and text)",
                 },
+            },
+        },
+        "Usage": {
+            "type": "object",
+            "description": "see kernelexec.Usage",
+            "properties": {
+                "wall_seconds": {"type": "number"},
+                "user_seconds": {"type": "number"},
+                "system_seconds": {"type": "number"},
+                "peak_rss_bytes": {"type": ["integer", "null"]},
+                "children_user_seconds": {"type": "number"},
+                "children_system_seconds": {"type": "number"},
+                "children_max_rss_bytes": {"type": "integer"},
             },
         },
         "FileInfo": {
@@ -325,6 +350,38 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                 "path": text,
                 "size": {"type": "integer"},
                 "modified": {"type": "number"},
+            },
+        },
+        "Variable": {
+            "type": "object",
+            "description": "A variable of the user namespace; 'unavailable' says why facts "
+            "are missing (its repr or len raised, or took too long)",
+            "required": ["name", "type"],
+            "properties": {
+                "name": text,
+                "type": text,
+                "shape": {"type": ["array", "null"], "items": {"type": "integer"}},
+                "length": {"type": ["integer", "null"]},
+                "dtype": nullable_text,
+                "bytes": {"type": ["integer", "null"]},
+                "repr": nullable_text,
+                "unavailable": nullable_text,
+            },
+        },
+        "VariableList": {
+            "type": "object",
+            "required": ["variables"],
+            "properties": {"variables": {"type": "array", "items": _ref("Variable")}},
+        },
+        "VariableDetail": {
+            "allOf": [_ref("Variable")],
+            "description": "A DataFrame's columns and first rows as records, or anything "
+            "else's public attributes; repr up to 2,000 characters",
+            "properties": {
+                "columns": {"type": ["array", "null"], "items": {"type": "object"}},
+                "columns_truncated": {"type": "boolean"},
+                "head": {"type": ["array", "null"], "items": {"type": "object"}},
+                "attributes": {"type": "array", "items": {"type": "object"}},
             },
         },
         "FileList": {
@@ -612,6 +669,23 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
             "delete": _op(
                 "Remove a checkpoint",
                 {"200": _json(_ref("CheckpointDeleted"), "Removed"), **_errors(404, 409)},
+            ),
+        },
+        "/sessions/{session_id}/variables": {
+            "parameters": session,
+            "get": _op(
+                "The kernel's variables, without running a cell (answers while one runs)",
+                {"200": _json(_ref("VariableList"), "The variables"), **_errors(404, 409, 503)},
+            ),
+        },
+        "/sessions/{session_id}/variables/{name}": {
+            "parameters": [_SESSION_ID, _VARIABLE],
+            "get": _op(
+                "One variable in more detail (a DataFrame's columns, dtypes and head)",
+                {
+                    "200": _json(_ref("VariableDetail"), "The variable"),
+                    **_errors(404, 409, 503),
+                },
             ),
         },
         "/sessions/{session_id}/files": {

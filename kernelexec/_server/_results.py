@@ -39,8 +39,9 @@ def result_json(result: ExecutionResult, extra: Mapping[str, Any] | None = None)
     except (ValueError, RecursionError):
         pass  # NaN or Infinity, or nesting deeper than the encoder (or asdict) can go
     shallow = {f.name: getattr(result, f.name) for f in fields(result)}
-    if result.error is not None:
-        shallow["error"] = asdict(result.error)
+    for name in ("error", "usage"):  # the nested dataclasses, as to_dict() gives them
+        if shallow[name] is not None:
+            shallow[name] = asdict(shallow[name])
     return _encode(_strict(shallow | dict(extra or {}), 0))
 
 

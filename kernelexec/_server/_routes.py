@@ -6,14 +6,14 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import __version__
-from .._exceptions import KernelStartError, SessionClosedError
+from .._exceptions import KernelexecError, KernelStartError, SessionClosedError
 from .._live import OutputListener
 from .._models import ExecutionResult
 from ._bodies import ExecuteRequest, body_chunks, parse_create, parse_execute, parse_flags
@@ -28,6 +28,7 @@ from ._sse import OutputQueue, execution_events
 
 __all__ = ["ROUTES", "ServerState", "route"]
 
+T = TypeVar("T")
 _EMPTY_NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
@@ -213,6 +214,40 @@ async def delete_checkpoint(request: Request) -> Response:
     return JSONResponse({"id": checkpoint_id, "deleted": True})
 
 
+async def variables(request: Request) -> Response:
+    async with _state(request).registry.using(_id(request)) as entry:
+        listed = await _asking(entry.session.variables())
+    return JSONResponse({"variables": [v.to_dict() for v in listed]})
+
+
+async def variable(request: Request) -> Response:
+    name = str(request.path_params["name"])
+    async with _state(request).registry.using(_id(request)) as entry:
+        found = await _asking(entry.session.inspect(name))
+    if found is None:
+        raise ApiError(
+            404,
+            "variable_not_found",
+            f"no variable {name[:100]!r} in the session's namespace "
+            "(GET /sessions/{id}/variables lists them)",
+        )
+    return JSONResponse(found.to_dict())
+
+
+async def _asking(asked: Awaitable[T]) -> T:
+    """What the kernel answered; a 409 or 503 if it could not."""
+    try:
+        return await asked
+    except SessionClosedError:
+        raise _gone() from None
+    except KernelexecError as exc:
+        raise ApiError(503, "kernel_unavailable", str(exc)) from None
+
+
+def _gone() -> ApiError:
+    return ApiError(409, "session_closed", "the session was deleted or culled; create a new one")
+
+
 async def files(request: Request) -> Response:
     entry = _state(request).registry.get(_id(request))
     found, truncated, skipped = await list_files(entry.work_dir)
@@ -311,6 +346,8 @@ ROUTES = [
     route(f"{_SESSION}/checkpoint", POST=checkpoint),
     route("/checkpoints", GET=list_checkpoints),
     route("/checkpoints/{checkpoint_id}", GET=get_checkpoint, DELETE=delete_checkpoint),
+    route(f"{_SESSION}/variables", GET=variables),
+    route(f"{_SESSION}/variables/{{name}}", GET=variable),
     route(f"{_SESSION}/files", GET=files),
     route(f"{_SESSION}/files/{{path:path}}", GET=download, PUT=upload),
     route(f"{_SESSION}/notebook", GET=notebook),
