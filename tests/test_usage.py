@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kernelexec import AsyncSession, ExecutionResult, Usage
+from _serverproc import ServerProcess
+
+from kernelexec import AsyncSession, Client, ExecutionResult, Usage
 from kernelexec._reducer import usage_from
 
 MB = 1_000_000
@@ -105,3 +107,25 @@ def test_a_kernels_report_is_checked() -> None:
     assert usage_from({k: v for k, v in good.items() if k != "wall_seconds"}) is None
     assert usage_from(["not", "a", "dict"]) is None
     assert usage_from(None) is None
+
+
+def test_usage_comes_back_over_http_and_sse(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "work")
+    try:
+        session_id = server.create()
+        burn = (
+            "import time\nend = time.process_time() + 0.3\n"
+            "while time.process_time() < end: sum(range(1000))"
+        )
+        usage = server.execute(session_id, burn)["usage"]
+        assert usage["user_seconds"] + usage["system_seconds"] >= 0.2, usage
+        assert usage["wall_seconds"] > 0
+        with Client(server.url, token=server.token) as client:
+            remote = client.session(timeout=60)
+            try:
+                result = remote.execute("x = 1", on_output=lambda _: None)  # over SSE
+                assert result.usage is not None and result.usage.wall_seconds >= 0
+            finally:
+                remote.close()
+    finally:
+        assert server.stop() == 0
