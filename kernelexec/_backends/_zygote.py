@@ -215,6 +215,10 @@ class Zygote:
             end_tree(pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+            # And its group (the session it made with setsid): a kernel it
+            # forked after end_tree looked is in it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
             self.release(pid)
 
     def _gone(self) -> None:

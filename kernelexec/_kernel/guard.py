@@ -100,10 +100,16 @@ def protect(
     set_undumpable()
     info = _read_connection(connection_file)
     _GIVEN_CONNECTION_FILE = connection_file if info is not None else None
+    # The process the kernel must not outlive, taken before any fork: read
+    # after it, a parent killed in between would already read as init's pid,
+    # and the watchdog would then watch init forever (an orphan seen in a
+    # stress run: a zygote's fork killed as its start was cancelled).
+    parent = os.getppid()
     if _set_subreaper():
+        parent = os.getpid()  # this process: it stays behind as the supervisor
         _split_off_kernel(connection_file, info, owner_alive, owner, status_file)
     threading.Thread(
-        target=_watch_parent, args=(os.getppid(), connection_file, info), daemon=True
+        target=_watch_parent, args=(parent, connection_file, info), daemon=True
     ).start()
 
 
