@@ -1,4 +1,4 @@
-"""A kernel forked from another kernel, seen from the owner: ``poll()`` and ``pid``.
+"""Kernels this process did not start itself, seen from their owner: ``poll()`` and ``pid``.
 
 Its parent is the kernel it was forked from, not this process, so it cannot
 be waited for here: its liveness comes from a pidfd (not fooled by a reused
@@ -15,16 +15,21 @@ from pathlib import Path
 
 from .._kernel.fork import ended
 
-__all__ = ["KernelFork"]
+__all__ = ["KernelFork", "PidfdProcess"]
 
 _STATUS_WAIT = 1.0  # seconds an ended fork's supervisor gets to have written its status
 
 
-class KernelFork:
-    def __init__(self, pid: int, status_file: Path) -> None:
+class PidfdProcess:
+    """A process this one did not start: ``poll()``, ``pid`` and ``returncode`` as a ``Popen``'s.
+
+    Its liveness comes from a pidfd, which a reused pid cannot fool; how its
+    exit status is learnt is the subclass's (``_exit_status``).
+    """
+
+    def __init__(self, pid: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
-        self._status_file = status_file
         self._pidfd: int | None = os.pidfd_open(pid)
 
     def poll(self) -> int | None:
@@ -32,19 +37,33 @@ class KernelFork:
             return self.returncode
         if self._pidfd is None or not ended(self._pidfd):
             return None
-        deadline = time.monotonic() + _STATUS_WAIT
-        while True:
-            try:
-                self.returncode = int(self._status_file.read_text().strip())
-                return self.returncode
-            except (OSError, ValueError):
-                if time.monotonic() >= deadline:
-                    # A supervisor ends without writing only when it is SIGKILLed.
-                    self.returncode = -signal.SIGKILL
-                    return self.returncode
-                time.sleep(0.01)
+        self.returncode = self._exit_status()
+        return self.returncode
 
     def release(self) -> None:
+        """Done with the (ended) process: its pidfd is closed."""
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
+
+    def _exit_status(self) -> int | None:
+        raise NotImplementedError
+
+
+class KernelFork(PidfdProcess):
+    """A kernel forked from another kernel: its status is in the file its supervisor writes."""
+
+    def __init__(self, pid: int, status_file: Path) -> None:
+        super().__init__(pid)
+        self._status_file = status_file
+
+    def _exit_status(self) -> int:
+        deadline = time.monotonic() + _STATUS_WAIT
+        while True:
+            try:
+                return int(self._status_file.read_text().strip())
+            except (OSError, ValueError):
+                if time.monotonic() >= deadline:
+                    # A supervisor ends without writing only when it is SIGKILLed.
+                    return -signal.SIGKILL
+                time.sleep(0.01)

@@ -28,10 +28,10 @@ from .._kernel.fork import REQUEST as FORK_REQUEST
 from .._kernel.guard import end_tree, release
 from .._secrecy import protect_process
 from ._base import KernelMessage
-from ._kernel_fork import KernelFork
+from ._kernel_fork import KernelFork, PidfdProcess
 from ._ready import await_kernel_info
 from ._zmq import KernelSockets, ask_control
-from ._zygote import ForkedKernel, Zygote, ZygoteGone, zygote_for
+from ._zygote import Zygote, ZygoteGone, zygote_for
 
 __all__ = ["LocalBackend"]
 
@@ -133,7 +133,7 @@ class LocalBackend:
         self._stderr: IO[bytes] | None = None
         self._pgid: int | None = None
         # boot's process, the kernel's supervisor
-        self._process: subprocess.Popen[bytes] | ForkedKernel | KernelFork | None = None
+        self._process: subprocess.Popen[bytes] | PidfdProcess | None = None
         self._returncode: int | None = None
         self._cwd = Path.cwd()
         self._env: dict[str, str] = {}
@@ -254,7 +254,7 @@ class LocalBackend:
     async def shutdown(self, *, now: bool = False) -> None:
         km, channels = self._km, self._channels
         self._km, self._channels = None, None
-        if isinstance(self._process, (ForkedKernel, KernelFork)):
+        if isinstance(self._process, PidfdProcess):
             if not now and channels is not None:
                 await self._ask_forked_to_stop(channels)
             if channels is not None:
@@ -343,7 +343,7 @@ class LocalBackend:
         self._info = {**info, "key": key}
         return str(path)
 
-    def _adopt(self, kernel: ForkedKernel | KernelFork) -> None:
+    def _adopt(self, kernel: PidfdProcess) -> None:
         assert self._info is not None
         self._process, self._pgid, self.forked = kernel, kernel.pid, True
         _LIVE.add(self)
@@ -594,7 +594,7 @@ class LocalBackend:
         _LIVE.discard(self)
         self._end_tree()  # first: the group kill takes the supervisor, which holds the rest
         process, self._process, self._info = self._process, None, None
-        if isinstance(process, (ForkedKernel, KernelFork)) and process.poll() is None:
+        if isinstance(process, PidfdProcess) and process.poll() is None:
             # Its own group may not exist yet (a fork that has not run setsid).
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(process.pid, signal.SIGKILL)
@@ -604,7 +604,7 @@ class LocalBackend:
             except (ProcessLookupError, PermissionError):
                 pass
             self._pgid = None
-        if isinstance(process, (ForkedKernel, KernelFork)):
+        if isinstance(process, PidfdProcess):
             process.release()  # after the kill: until released, its pid is not reused
         self._remove_ipc_dir()
 

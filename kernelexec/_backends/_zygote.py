@@ -39,8 +39,8 @@ from typing import IO, Any
 
 from .._environment import zygote_enabled
 from .._kernel import ZYGOTE_SCRIPT
-from .._kernel.fork import ended
 from .._kernel.guard import end_tree
+from ._kernel_fork import PidfdProcess
 
 __all__ = ["ForkedKernel", "Zygote", "zygote_for"]
 
@@ -55,32 +55,22 @@ _LOCK = threading.Lock()
 _SAID: set[str] = set()  # reasons the spawn path was used, each logged once
 
 
-class ForkedKernel:
-    """A kernel process forked by a zygote: ``poll()`` and ``pid`` as a ``Popen`` has.
+class ForkedKernel(PidfdProcess):
+    """A kernel process forked by a zygote, which keeps it unreaped until ``release()``.
 
-    Its liveness comes from a pidfd (not fooled by a reused pid), its exit
-    status from the zygote, which keeps it unreaped until ``release()``.
+    Its exit status comes from the zygote.
     """
 
     def __init__(self, zygote: Zygote, pid: int) -> None:
-        self.pid = pid
+        super().__init__(pid)
         self._zygote = zygote
-        self._pidfd: int | None = os.pidfd_open(pid)
-        self.returncode: int | None = None
 
-    def poll(self) -> int | None:
-        if self.returncode is not None:
-            return self.returncode
-        if self._pidfd is None or not ended(self._pidfd):
-            return None
-        self.returncode = self._zygote.exit_status(self.pid, _RELEASED_STATUS_WAIT)
-        return self.returncode
+    def _exit_status(self) -> int | None:
+        return self._zygote.exit_status(self.pid, _RELEASED_STATUS_WAIT)
 
     def release(self) -> None:
         """Lets the zygote reap the (ended) process; its pid may then be reused."""
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        super().release()
         self._zygote.release(self.pid)
 
 
@@ -301,7 +291,7 @@ def preload_imports(preload: str | None) -> list[str]:
 
 
 def _usable(wanted: bool | None) -> bool:
-    if wanted is False or not zygote_enabled(wanted):
+    if not zygote_enabled(wanted):
         return False
     if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
         _say_once("kernels are started the usual way: zygotes need Linux and os.pidfd_open")
