@@ -465,10 +465,7 @@ def _copy_work_dir(
 
 
 def _copy(root: Path, relative: str, target: _Target, name: str) -> None:
-    with _workdir.open_read(root, relative) as source:
-        out, _ = _workdir.create(target.root, "/".join([*target.prefix, name]))
-        with out:
-            shutil.copyfileobj(source, out, 1 << 20)
+    _workdir.copy(root, relative, target.root, "/".join([*target.prefix, name]))
 
 
 def _manifest(
@@ -519,10 +516,7 @@ def copy_files_out(checkpoint: Checkpoint, work_dir: Path) -> int:
         return 0
     count = 0
     for entry in _workdir.list_tree(folder, max_files=1_000_000).files:
-        with _workdir.open_read(folder, entry.path) as source:
-            out, _ = _workdir.create(work_dir, entry.path)
-            with out:
-                shutil.copyfileobj(source, out, 1 << 20)
+        _workdir.copy(folder, entry.path, work_dir)
         count += 1
     return count
 

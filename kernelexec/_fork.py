@@ -137,10 +137,7 @@ def _copy_files(parent: AsyncSession, target: Path) -> int:
         if (parent.work_dir / entry.path).resolve() == transcript:
             continue
         try:
-            with _workdir.open_read(parent.work_dir, entry.path) as source:
-                out, _ = _workdir.create(target, entry.path)
-                with out:
-                    shutil.copyfileobj(source, out, 1 << 20)
+            _workdir.copy(parent.work_dir, entry.path, target)
         except OSError:
             continue  # gone or changed under us: the fork has what could be read
         copied += 1

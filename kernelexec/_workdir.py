@@ -31,6 +31,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -425,6 +426,18 @@ def create(root: Path, relative: str) -> tuple[BinaryIO, str | None]:
     finally:
         os.close(folder)
     return os.fdopen(fd, "wb"), " ".join(n for n in notes if n) or None
+
+
+def copy(source_root: Path, relative: str, target_root: Path, target: str | None = None) -> None:
+    """Copies one file between trees, never through a link on either side.
+
+    Raises:
+        OSError: it cannot be read, or the target tree cannot take it.
+    """
+    with open_read(source_root, relative) as source:
+        out, _ = create(target_root, target or relative)
+        with out:
+            shutil.copyfileobj(source, out, 1 << 20)
 
 
 def write_all(fd: int, data: bytes) -> None:
