@@ -78,7 +78,7 @@ def become_fork(error: BecomeFork, load: Any, start_app: Any) -> None:
     """In the forked child, after the old app has unwound: run as a kernel of its own."""
     request = error.request
     os.setsid()
-    _redirect(request.get("stderr_file"))
+    redirect(_stderr_file(request.get("stderr_file")))
     shell, app = _old_kernel()
     _KEPT.extend([shell, app, getattr(app, "kernel", None)])
     os.chdir(request["cwd"])
@@ -131,21 +131,30 @@ def _take_over(shell: Any, app: Any) -> None:
     shell.parent = kernel
 
 
-def _redirect(stderr_file: str | None) -> None:
-    # Descriptors 0-2 are the old kernel's (its output pipes): never write there.
+def redirect(stderr: int | None) -> None:
+    """Points descriptors 0 and 1 at /dev/null and 2 at ``stderr`` (closed after), for a new kernel.
+
+    In a fork, 0-2 are the old kernel's (its output pipes): never write there.
+    """
     null = os.open(os.devnull, os.O_RDWR)
-    target = null
-    if stderr_file:
-        with contextlib.suppress(OSError):
-            target = os.open(stderr_file, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    os.dup2(target, 2)
-    for fd in {null, target}:
-        os.close(fd)
+    os.dup2(stderr if stderr is not None else null, 2)
+    for fd in {null, stderr}:
+        if fd is not None:
+            os.close(fd)
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
+
+
+def _stderr_file(path: str | None) -> int | None:
+    if not path:
+        return None
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    except OSError:
+        return None
 
 
 def fresh_random() -> None:

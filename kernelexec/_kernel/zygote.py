@@ -194,7 +194,7 @@ def _become_kernel(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         channel.close()
         os.setsid()  # its own session and process group, as jupyter_client gives a kernel
-        _redirect(fds[0] if fds else None)
+        boot.load("fork").redirect(fds[0] if fds else None)
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
@@ -227,16 +227,6 @@ def _launch(boot: Any, connection_file: str, owner: int, owner_fd: int | None) -
         os.close(owner_fd)  # only the supervisor watches the owner
     sys.argv = [os.path.join(_HERE, "boot.py"), "-f", connection_file]
     boot.start_app()
-
-
-def _redirect(stderr: int | None) -> None:
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    os.dup2(stderr if stderr is not None else null, 2)
-    os.close(null)
-    if stderr is not None:
-        os.close(stderr)
 
 
 def _send(channel: socket.socket, message: dict[str, Any]) -> None:
