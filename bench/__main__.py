@@ -370,6 +370,39 @@ ROWS = [
 STATE = ("fork", "fork-1gb", "checkpoint")  # run by bench/state.py
 
 
+def _median_ms(key: str) -> Callable[[dict[str, Any]], float]:
+    return lambda r: float(statistics.median(r[key])) * 1000
+
+
+def _usage_row(title: str, impls: tuple[str, ...], value: Callable[..., float], unit: str) -> Row:
+    return Row(f"usage: {title}", "usage", impls, value, unit, full_n=400, quick_n=50, fmt=".4g")
+
+
+ROWS += [
+    _usage_row("round trip x+1 p50, meter on", ("raw", "kernelexec"), _median_ms("samples"), "ms"),
+    _usage_row("round trip x+1 p50, meter off", ("kernelexec",), _median_ms("off"), "ms"),
+    _usage_row(
+        "the meter's share of the round trip (p50 on - off)",
+        ("kernelexec",),
+        lambda r: _median_ms("samples")(r) - _median_ms("off")(r),
+        "ms",
+    ),
+    _usage_row(
+        "meter cost in the kernel, peak reset (root)",
+        ("kernelexec",),
+        lambda r: float(r["meter_reset_us"]),
+        "us",
+    ),
+    _usage_row(
+        "meter cost in the kernel, peak sampled (non-root)",
+        ("kernelexec",),
+        lambda r: float(r["meter_sampled_us"]),
+        "us",
+    ),
+]
+AGENT = ("usage",)  # run by bench/agent.py
+
+
 def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One result from several rounds': samples pooled, other figures their median."""
     merged: dict[str, Any] = {}
@@ -392,6 +425,8 @@ def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
     script = "fidelity.py" if scenario == "fidelity" else "worker.py"
     if scenario in STATE:
         script = "state.py"
+    if scenario in AGENT:
+        script = "agent.py"
     extra = {"fidelity": n // 10, "density": 3 * n}.get(scenario, 0)
     try:
         proc = subprocess.run(

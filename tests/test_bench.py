@@ -116,3 +116,12 @@ def test_the_fork_and_checkpoint_scenarios_measure(impl: str) -> None:
     assert saved["mb"] > 100 and saved["samples"][0] > 0 and saved["restore"][0] > 0
     rows = table("checkpoint", {impl: saved})
     assert "checkpoint throughput" in rows and "MB/s" in rows
+
+
+def test_the_usage_scenario_measures_the_meter_on_and_off() -> None:
+    result = worker("kernelexec", "usage", 30, script="agent.py")
+    assert len(result["samples"]) == 30 and len(result["off"]) == 30
+    assert all(s > 0 for s in result["samples"] + result["off"])
+    assert result["meter_reset_us"] > 0 and result["meter_sampled_us"] > 0
+    rows = table("usage", {"kernelexec": result, "raw": worker("raw", "usage", 3, "agent.py")})
+    assert "| usage: the meter's share of the round trip (p50 on - off) |" in rows

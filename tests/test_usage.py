@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from _serverproc import ServerProcess
+from conftest import warm_zygote
 
 from kernelexec import AsyncSession, Client, ExecutionResult, Usage
 from kernelexec._reducer import usage_from
@@ -30,6 +32,52 @@ async def test_peak_memory_is_per_execution(session: AsyncSession) -> None:
     assert big.peak_rss_bytes is not None and big.peak_rss_bytes >= 200 * MB
     # Reset at the start of each execution: the freed block is not counted again.
     assert small.peak_rss_bytes is not None and small.peak_rss_bytes < 200 * MB
+
+
+NOBODY = (
+    "import os\n"
+    "os.setresgid(65534, 65534, 65534)\n"
+    "os.setresuid(65534, 65534, 65534)  # as a user's kernel runs: not root\n"
+)
+
+
+@pytest.mark.parametrize("start", ["forked", "spawned"], indirect=False)
+async def test_peak_memory_of_a_kernel_that_is_not_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str
+) -> None:
+    """A non-root kernel may not reset its peak (it is non-dumpable): still per execution."""
+    monkeypatch.setenv("KERNELEXEC_ZYGOTE", "1" if start == "forked" else "0")
+    if start == "forked":
+        warm_zygote()
+    async with AsyncSession(tmp_path / "work", timeout=60) as session:
+        assert (await session.execute(NOBODY + "print(os.getuid())")).stdout == "65534\n"
+        reset = await session.execute("open('/proc/self/clear_refs', 'w')")
+        assert reset.error is not None and reset.error.ename == "PermissionError"
+        bigger = _usage(await session.execute(ALLOCATE.replace("200 *", "300 *")))
+        small = _usage(await session.execute("x = 1"))
+        # Below the kernel's lifetime peak (300 MB): only a per-execution measure sees it.
+        big = _usage(await session.execute(ALLOCATE))
+        again = _usage(await session.execute("x = 2"))
+    assert bigger.peak_rss_bytes is not None and bigger.peak_rss_bytes >= 300 * MB
+    assert small.peak_rss_bytes is not None and small.peak_rss_bytes < 200 * MB
+    assert big.peak_rss_bytes is not None and 200 * MB <= big.peak_rss_bytes < 300 * MB
+    assert again.peak_rss_bytes is not None and again.peak_rss_bytes < 200 * MB
+
+
+async def test_a_fork_measures_itself_not_its_parent(tmp_path: Path) -> None:
+    """A fork's peak is its own: its /proc files are not the parent's it inherited."""
+    async with AsyncSession(tmp_path / "parent", timeout=60) as parent:
+        _usage(await parent.execute("x = 1"))
+        async with await parent.fork(tmp_path / "fork") as fork:
+            big = _usage(await fork.execute(ALLOCATE))
+            small = _usage(await fork.execute("y = 1"))
+            pids = await fork.execute("import os; print(os.getpid())")
+        parents = await parent.execute("import os; print(os.getpid())")
+        after = _usage(await parent.execute("z = 1"))
+    assert pids.stdout != parents.stdout
+    assert big.peak_rss_bytes is not None and big.peak_rss_bytes >= 200 * MB
+    assert small.peak_rss_bytes is not None and small.peak_rss_bytes < 200 * MB
+    assert after.peak_rss_bytes is not None and after.peak_rss_bytes < 200 * MB
 
 
 async def test_cpu_time_of_the_kernel(session: AsyncSession) -> None:
