@@ -9,8 +9,10 @@ with kernelexec.Session() as session:
 # line in /proc/<pid>/cmdline, which everyone can read (see _secrecy).
 from . import _secrecy  # noqa: F401  (isort: keep first)
 from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend
+from ._background import Execution, ExecutionEvent
 from ._checkpoint import Checkpoint, CheckpointVariable, RestoreReport, SkippedVariable
 from ._client import AsyncClient, AsyncRemoteSession, Client, RemoteSession
+from ._data import ChartData, TableData
 from ._exceptions import (
     AuthenticationError,
     CheckpointError,
@@ -44,6 +46,7 @@ __all__ = [
     "AuthenticationError",
     "BlockResult",
     "CellReplay",
+    "ChartData",
     "Checkpoint",
     "CheckpointError",
     "CheckpointInfo",
@@ -52,7 +55,9 @@ __all__ = [
     "ConfigurationError",
     "DockerBackend",
     "EnvironmentBuildError",
+    "Execution",
     "ExecutionError",
+    "ExecutionEvent",
     "ExecutionResult",
     "FileInfo",
     "ForkReport",
@@ -77,6 +82,7 @@ __all__ = [
     "SessionNotFoundError",
     "SkippedVariable",
     "Status",
+    "TableData",
     "Usage",
     "__version__",
 ]

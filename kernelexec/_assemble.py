@@ -9,6 +9,7 @@ from typing import Any
 
 from . import _workdir
 from ._artifacts import OUTPUT_DIR, save_rich_outputs
+from ._data import collect
 from ._languages import SUPPORTED_LANGUAGES
 from ._models import ExecutionError, ExecutionResult, Limits, Status
 from ._reducer import Folded, stream_cut_marker
@@ -96,6 +97,7 @@ def assemble(
         full_output=full_output,
         language=language,
         usage=folded.usage,
+        data=collect(folded.outputs, saved),
     )
     return Assembly(result=result, outputs=folded.outputs)
 

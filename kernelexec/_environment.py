@@ -17,6 +17,7 @@ __all__ = [
     "preload",
     "remote_env",
     "server_token",
+    "trace_content",
     "venv_cache_dir",
     "zygote_enabled",
 ]
@@ -107,6 +108,15 @@ def pool_size() -> int:
             f"KERNELEXEC_POOL_SIZE must be a whole number of kernels, not {value!r}"
         )
     return int(value or 0)
+
+
+def trace_content() -> bool:
+    """``KERNELEXEC_OTEL_CAPTURE_CONTENT=1``: spans carry the code and its output text too.
+
+    Off unless set: code and outputs may hold what an agent was told to keep secret.
+    """
+    value = os.environ.get("KERNELEXEC_OTEL_CAPTURE_CONTENT", "").strip().lower()
+    return value in ("1", "true", "yes", "on")
 
 
 def preload() -> str | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
+from ._data import Data, read_data
+
 __all__ = ["ExecutionError", "ExecutionResult", "Limits", "Status", "Usage"]
 
 Status = Literal["ok", "error", "timeout", "kernel_died", "cancelled"]
@@ -41,10 +43,12 @@ class Usage:
             (``subprocess.run``, ``!cmd``, ``%%bash``); a child still running
             when the execution ended, or never waited for, is not counted.
         peak_rss_bytes: the kernel process's peak resident memory during this
-            execution (Linux resets the peak at its start). None where the
-            peak cannot be reset (not Linux; a non-root kernel, which
-            kernelexec makes non-dumpable, may not reset its own) and the
-            execution did not raise the kernel's lifetime peak.
+            execution. Exact where Linux lets the kernel reset its peak at the
+            start (a root kernel) or the execution raised the kernel's
+            lifetime peak; otherwise (a non-root kernel, which kernelexec
+            makes non-dumpable, may not reset its own) the highest of RSS
+            samples taken every 5 ms while the code ran, so a shorter spike
+            may be missed. None where memory cannot be read (not Linux).
         children_user_seconds, children_system_seconds: the children's part
             of ``user_seconds`` and ``system_seconds``.
         children_max_rss_bytes: the largest peak resident memory of any child
@@ -88,6 +92,11 @@ class ExecutionResult:
         usage: CPU time and peak memory of this execution, measured in the
             kernel (see ``Usage``); None for a kernel kernelexec did not boot
             (other kernelspecs, a gateway's) and when the kernel never replied.
+        data: the DataFrames (``TableData``) and matplotlib figures
+            (``ChartData``) the outputs showed, as data: schema, shape and
+            first rows; kind, labels and series with their points; capped.
+            Each names its output; a chart names its saved image. See
+            ``kernelexec._data`` for the shapes.
     """
 
     status: Status
@@ -104,6 +113,7 @@ class ExecutionResult:
     full_output: str | None = None
     language: str = "python"
     usage: Usage | None = None
+    data: list[Data] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -121,6 +131,7 @@ class ExecutionResult:
             values["error"] = ExecutionError(**values["error"])
         if values.get("usage") is not None:
             values["usage"] = Usage(**values["usage"])
+        values["data"] = read_data(values.get("data"))
         return cls(**values)
 
 

@@ -13,11 +13,12 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 
-from . import _checkpoint, _workdir
+from . import _checkpoint, _telemetry, _workdir
 from ._assemble import assemble, check_code, full_output_path
 from ._backends import DockerBackend, KernelBackend, LocalBackend
+from ._background import Execution, ExecutionCancelled, mark_started, run_in_background
 from ._checkpoint import Checkpoint, RestoreReport
 from ._environment import kernel_env
 from ._exceptions import CheckpointError, ConfigurationError, SessionClosedError
@@ -96,6 +97,7 @@ class AsyncSession:
             installed; the message has the installer's output.
     """
 
+    @_telemetry.session_span("kernelexec.session.create")
     def __init__(
         self,
         work_dir: str | Path | None = None,
@@ -264,6 +266,30 @@ class AsyncSession:
             await self._ensure_kernel()
         return self
 
+    @overload
+    async def execute(
+        self,
+        code: str | bytes,
+        *,
+        language: str | None = ...,
+        timeout: float | None = ...,
+        stdin: Sequence[str] | None = ...,
+        on_output: OutputListener | None = ...,
+        background: Literal[False] = ...,
+    ) -> ExecutionResult: ...
+
+    @overload
+    async def execute(
+        self,
+        code: str | bytes,
+        *,
+        language: str | None = ...,
+        timeout: float | None = ...,
+        stdin: Sequence[str] | None = ...,
+        on_output: OutputListener | None = ...,
+        background: Literal[True],
+    ) -> Execution: ...
+
     async def execute(
         self,
         code: str | bytes,
@@ -272,7 +298,8 @@ class AsyncSession:
         timeout: float | None = None,
         stdin: Sequence[str] | None = None,
         on_output: OutputListener | None = None,
-    ) -> ExecutionResult:
+        background: bool = False,
+    ) -> ExecutionResult | Execution:
         """Runs one block of code and returns what it did.
 
         Args:
@@ -287,15 +314,28 @@ class AsyncSession:
                 output too (a mapping; ``.output`` is the dict), with
                 ``clear_output`` and ``update_display_data`` events among
                 them. The result still holds everything.
+            background: return an ``Execution`` at once instead, running
+                on its own (see ``kernelexec.Execution``): wait for it, read
+                its outputs from any offset, cancel it.
 
         Raises:
             SessionClosedError: the session was closed.
             KernelStartError: no kernel could be started for it.
         """
         self._check_open()
+        if background:
+            return run_in_background(
+                self.execute,
+                code,
+                language=language,
+                on_output=on_output,
+                timeout=timeout,
+                stdin=stdin,
+            )
         normalized = normalize_language(language)
         text, refused = check_code(code, language, normalized, self.limits)
         async with self._lock:
+            mark_started()  # a background execution is "running" from here
             if self._closed:
                 return _cancelled(normalized or "python")
             if self._dead is not None:
@@ -383,7 +423,7 @@ class AsyncSession:
             if keep_state and self._kernel_up and await self._backend.is_alive():
                 return await self._restart_keeping_state()
             if self._kernel_up:
-                await self._backend.restart()
+                await _telemetry.kernel_restart(self, self._backend.restart())
             else:
                 await self._ensure_kernel()
             self._transcript.add(
@@ -540,6 +580,7 @@ class AsyncSession:
         """Returns once the transcript file holds every execution so far."""
         await self._transcript.flush()
 
+    @_telemetry.session_span("kernelexec.session.close")
     async def close(self) -> None:
         """Shuts the kernel (and its children) down; files and transcript stay."""
         if self._closed:
@@ -597,6 +638,7 @@ class AsyncSession:
         """Checkpoint, restart, restore; the lock is held."""
         return await restart_keeping_state(self)
 
+    @_telemetry.execution
     async def _execute(
         self,
         code: str,
@@ -682,7 +724,7 @@ class AsyncSession:
         if status == "kernel_died":
             self._transcript.add(note_cell(f"*kernelexec: {result.message}*"))
         if outcome.ending == "cancelled":
-            raise asyncio.CancelledError
+            raise ExecutionCancelled(result)  # a CancelledError that keeps the result
         return result
 
     def _judge(self, outcome: Outcome, timeout: float) -> tuple[Status, list[str], bool]:
@@ -727,7 +769,9 @@ class AsyncSession:
     def _schedule_restart(self) -> None:
         # In the background, so the result of a death comes at once; the next
         # execution waits for the new kernel.
-        self._restarting = asyncio.get_running_loop().create_task(self._backend.restart())
+        self._restarting = asyncio.get_running_loop().create_task(
+            _telemetry.kernel_restart(self, self._backend.restart())
+        )
 
     async def _await_pending_restart(self) -> None:
         task, self._restarting = self._restarting, None
@@ -739,13 +783,15 @@ class AsyncSession:
         self._check_open()
         await self._await_pending_restart()
         if not self._kernel_up:
-            taken = await self._pool.take(self.work_dir) if self._pool is not None else None
-            self._pool = None  # a restart starts this session's own kernel, cold
-            if taken is not None:
-                self._backend = taken
-            else:
-                await self._make_environment()
-                await self._backend.start(cwd=self.work_dir, env=self._env)
+            with _telemetry.kernel_start(self) as traced:
+                taken = await self._pool.take(self.work_dir) if self._pool is not None else None
+                self._pool = None  # a restart starts this session's own kernel, cold
+                if taken is not None:
+                    self._backend = taken
+                else:
+                    await self._make_environment()
+                    await self._backend.start(cwd=self.work_dir, env=self._env)
+                _telemetry.note_kernel(traced, self._backend, pooled=taken is not None)
             self._kernel_up = True
 
     async def _make_environment(self) -> None:
@@ -774,7 +820,7 @@ class AsyncSession:
             self._dead = said
             return None
         self._transcript.add(note_cell(f"*kernelexec: {said} A new kernel was started.*"))
-        await self._backend.restart()
+        await _telemetry.kernel_restart(self, self._backend.restart())
         return f"{said} A new kernel was started before this code ran."
 
     def _record_refusal(self, result: ExecutionResult, code: str, language: str | None) -> None:

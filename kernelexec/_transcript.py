@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _workdir
+from . import _telemetry, _workdir
 from ._models import Usage
 
 __all__ = ["Transcript", "code_cell", "note_cell", "session_note"]
@@ -123,7 +123,8 @@ class Transcript:
         while self._unwritten:
             batch, self._unwritten = self._unwritten, []
             try:
-                await asyncio.to_thread(self._write, batch)
+                with _telemetry.transcript_write(len(batch)):
+                    await asyncio.to_thread(self._write, batch)
             except OSError as exc:
                 self._unwritten[:0] = batch  # kept for the next add() to retry
                 self.write_error = f"could not write {self.path}: {exc}"

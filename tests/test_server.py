@@ -49,6 +49,11 @@ ROUTES = [
     ("DELETE", "/sessions/{id}"),
     ("POST", "/sessions/{id}/execute"),
     ("POST", "/sessions/{id}/execute/stream"),
+    ("GET", "/sessions/{id}/executions"),
+    ("POST", "/sessions/{id}/executions"),
+    ("GET", "/sessions/{id}/executions/{execution_id}"),
+    ("GET", "/sessions/{id}/executions/{execution_id}/events"),
+    ("POST", "/sessions/{id}/executions/{execution_id}/cancel"),
     ("POST", "/sessions/{id}/interrupt"),
     ("POST", "/sessions/{id}/restart"),
     ("GET", "/sessions/{id}/variables"),
@@ -105,7 +110,7 @@ def test_every_route_but_health_needs_the_token(
 ) -> None:
     (server.work_root / sid / "keep.txt").write_text("kept")
     for method, path in ROUTES:
-        url = server.url + path.format(id=sid, path="keep.txt", name="x")
+        url = server.url + path.format(id=sid, path="keep.txt", name="x", execution_id="0" * 32)
         response = httpx.request(method, url, headers=headers, json={"code": "1"}, trust_env=False)
         assert response.status_code == 401, (method, path, response.text)
         assert response.json()["error"] == "unauthorized"

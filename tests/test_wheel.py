@@ -41,6 +41,7 @@ EXTRAS = {
         "kernelexec.integrations.ag2_beta",
     ],
     "mcp": ["kernelexec._mcp._http"],
+    "otel": ["opentelemetry.sdk.trace", "kernelexec._telemetry"],
 }
 # The README's first library snippet, as a user of the installed package runs it.
 LIBRARY = """

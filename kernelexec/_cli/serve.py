@@ -100,6 +100,12 @@ def add_command(commands: Any) -> None:
     )
     add_policy_options(serve)
     add_zygote_option(serve)
+    serve.add_argument(
+        "--trace-content",
+        action="store_true",
+        help="put each execution's code and output text into its OpenTelemetry span "
+        "(default: never; also $KERNELEXEC_OTEL_CAPTURE_CONTENT=1)",
+    )
     serve.add_argument("--log-level", default="warning", help="uvicorn's (default warning)")
     serve.set_defaults(handler=_serve)
 
@@ -213,6 +219,10 @@ def _serve(args: argparse.Namespace) -> int:
     apply_zygote_option(args)
     from .._server import ServerConfig, serve
     from .._server._serve import check_port
+    from .._telemetry import set_trace_content
+
+    if args.trace_content:
+        set_trace_content(True)
 
     # Every check before anything says "serving" (see _startup); serve() binds
     # the port before it calls listening(), and fails with one line if it cannot.

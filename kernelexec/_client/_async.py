@@ -6,9 +6,9 @@ requests and the reading of answers are shared (``_base``, ``_sse``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import httpx
 
@@ -27,6 +27,7 @@ from ._base import (
     session_options,
     unreachable,
 )
+from ._executions import AsyncRemoteExecution, execution_calls
 from ._sse import StreamReader
 
 __all__ = ["AsyncClient", "AsyncRemoteSession", "OpeningSession"]
@@ -182,6 +183,20 @@ class AsyncClient:
             raise unreachable(self.url, exc) from exc
         return reader.result()
 
+    async def _lines(self, call: Call[Any]) -> AsyncIterator[str]:
+        """The lines of a streamed answer, as they come; closed when the iterator is."""
+        try:
+            async with self._http.stream(
+                call.method, call.path, **call.options(self.timeout)
+            ) as response:
+                if response.is_error:
+                    await response.aread()
+                    raise error_for(response)
+                async for line in response.aiter_lines():
+                    yield line
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from exc
+
 
 class OpeningSession:
     """What ``AsyncClient.session()`` and ``attach()`` return: await it, or enter it.
@@ -243,6 +258,30 @@ class AsyncRemoteSession:
         self.last_info = await self.client._send(calls.info(self.id))
         return self.last_info
 
+    @overload
+    async def execute(
+        self,
+        code: str,
+        *,
+        language: str | None = ...,
+        timeout: float | None = ...,
+        stdin: Sequence[str] | None = ...,
+        on_output: OutputListener | None = ...,
+        background: Literal[False] = ...,
+    ) -> ExecutionResult: ...
+
+    @overload
+    async def execute(
+        self,
+        code: str,
+        *,
+        language: str | None = ...,
+        timeout: float | None = ...,
+        stdin: Sequence[str] | None = ...,
+        on_output: None = ...,
+        background: Literal[True],
+    ) -> AsyncRemoteExecution: ...
+
     async def execute(
         self,
         code: str,
@@ -251,11 +290,28 @@ class AsyncRemoteSession:
         timeout: float | None = None,
         stdin: Sequence[str] | None = None,
         on_output: OutputListener | None = None,
-    ) -> ExecutionResult:
+        background: bool = False,
+    ) -> ExecutionResult | AsyncRemoteExecution:
+        """See ``RemoteSession.execute``."""
+        if background:
+            if on_output is not None:
+                raise TypeError("on_output= with background=True: iterate execution.events()")
+            call = execution_calls.start(self.id, code, language, timeout, stdin)
+            return AsyncRemoteExecution(self.client, self.id, await self.client._send(call))
         call = calls.execute(self.id, code, language, timeout, stdin, stream=bool(on_output))
         if on_output is None:
             return await self.client._send(call)
         return await self.client._send_stream(call, on_output)
+
+    async def execution(self, execution_id: str) -> AsyncRemoteExecution:
+        """See ``RemoteSession.execution``."""
+        data = await self.client._send(execution_calls.get(self.id, execution_id))
+        return AsyncRemoteExecution(self.client, self.id, data)
+
+    async def executions(self) -> list[AsyncRemoteExecution]:
+        """See ``RemoteSession.executions``."""
+        listed = await self.client._send(execution_calls.list(self.id))
+        return [AsyncRemoteExecution(self.client, self.id, data) for data in listed]
 
     async def interrupt(self) -> None:
         await self.client._send(calls.interrupt(self.id))

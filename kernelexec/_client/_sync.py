@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import httpx
 
@@ -23,6 +23,7 @@ from ._base import (
     session_options,
     unreachable,
 )
+from ._executions import RemoteExecution, execution_calls
 from ._sse import StreamReader
 
 __all__ = ["Client", "RemoteSession"]
@@ -179,6 +180,19 @@ class Client:
             raise unreachable(self.url, exc) from exc
         return reader.result()
 
+    def _lines(self, call: Call[Any]) -> Iterator[str]:
+        """The lines of a streamed answer, as they come; closed when the iterator is."""
+        try:
+            with self._http.stream(
+                call.method, call.path, **call.options(self.timeout)
+            ) as response:
+                if response.is_error:
+                    response.read()
+                    raise error_for(response)
+                yield from response.iter_lines()
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from exc
+
 
 class RemoteSession:
     """A session on a server; the counterpart of a local ``Session``.
@@ -214,6 +228,30 @@ class RemoteSession:
         self.last_info = self.client._send(calls.info(self.id))
         return self.last_info
 
+    @overload
+    def execute(
+        self,
+        code: str,
+        *,
+        language: str | None = ...,
+        timeout: float | None = ...,
+        stdin: Sequence[str] | None = ...,
+        on_output: OutputListener | None = ...,
+        background: Literal[False] = ...,
+    ) -> ExecutionResult: ...
+
+    @overload
+    def execute(
+        self,
+        code: str,
+        *,
+        language: str | None = ...,
+        timeout: float | None = ...,
+        stdin: Sequence[str] | None = ...,
+        on_output: None = ...,
+        background: Literal[True],
+    ) -> RemoteExecution: ...
+
     def execute(
         self,
         code: str,
@@ -222,12 +260,44 @@ class RemoteSession:
         timeout: float | None = None,
         stdin: Sequence[str] | None = None,
         on_output: OutputListener | None = None,
-    ) -> ExecutionResult:
-        """Runs code as ``Session.execute`` does; ``on_output`` streams the outputs live."""
+        background: bool = False,
+    ) -> ExecutionResult | RemoteExecution:
+        """Runs code as ``Session.execute`` does; ``on_output`` streams the outputs live.
+
+        Args:
+            background: start it and return a ``RemoteExecution`` at once
+                (``POST /sessions/{id}/executions``); it runs on the server
+                whatever becomes of this client: wait for it, read its
+                outputs from any offset, cancel it, or find it again by id
+                with ``execution(id)``.
+
+        Raises:
+            TypeError: ``on_output`` with ``background``: read ``events()`` instead.
+        """
+        if background:
+            if on_output is not None:
+                raise TypeError("on_output= with background=True: iterate execution.events()")
+            data = self.client._send(execution_calls.start(self.id, code, language, timeout, stdin))
+            return RemoteExecution(self.client, self.id, data)
         call = calls.execute(self.id, code, language, timeout, stdin, stream=bool(on_output))
         if on_output is None:
             return self.client._send(call)
         return self.client._send_stream(call, on_output)
+
+    def execution(self, execution_id: str) -> RemoteExecution:
+        """A background execution of this session, by id, from whichever client started it.
+
+        Raises:
+            ServerError: 404 ``execution_not_found`` for an unknown id (or one
+                finished long ago: a session keeps its last finished ones).
+        """
+        data = self.client._send(execution_calls.get(self.id, execution_id))
+        return RemoteExecution(self.client, self.id, data)
+
+    def executions(self) -> list[RemoteExecution]:
+        """The session's executions, oldest first: running, queued, and the last finished."""
+        listed = self.client._send(execution_calls.list(self.id))
+        return [RemoteExecution(self.client, self.id, data) for data in listed]
 
     def interrupt(self) -> None:
         self.client._send(calls.interrupt(self.id))

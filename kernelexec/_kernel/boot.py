@@ -13,6 +13,8 @@ loads its sibling modules by path:
   before they are sent;
 - ``exits.py``: ``exit``/``quit`` leave the kernel running (its session, not
   its code or an attached console, ends it).
+- ``data.py``: DataFrames and figures shown also as data (table and chart
+  payloads in their own mimetypes).
 
 History is kept in memory: an agent's code (and the secrets in it) does not go
 into the user's ~/.ipython history database, and concurrent kernels do not
@@ -85,6 +87,7 @@ def start_app(after_init: Any = None) -> None:
         fork.install(instance.kernel)
         load("usage").install(instance.kernel)
         load("variables").install(instance.kernel)
+        load("data").install(instance.shell)
         if after_init is not None:
             after_init(instance)
         instance.start()

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.shared.uri_template import UriTemplate
 from mcp.types import CallToolResult, ContentBlock, ImageContent, ResourceLink, TextContent
@@ -21,6 +21,7 @@ from .._models import ExecutionResult
 from ..integrations._blocks import one_per_output
 from ._doors import Door, LocalDoor
 from ._files import FileRefused
+from ._progress import with_progress
 from ._sessions import McpConfig, SessionError
 
 __all__ = ["build_server"]
@@ -71,6 +72,7 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
         language: str = "python",
         session: str = "default",
         timeout: float | None = None,
+        ctx: Context | None = None,
     ) -> CallToolResult:
         """Runs code in a stateful kernel and returns its output, errors and images.
 
@@ -80,7 +82,8 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
             session: the session's name; made on first use, state kept between calls.
             timeout: seconds before the kernel is interrupted (state is kept).
         """
-        result = await _tool(sessions.execute(session, code, language, timeout))
+        running = _tool(sessions.execute(session, code, language, timeout))
+        result = await (with_progress(ctx, running, timeout) if ctx is not None else running)
         blocks: list[ContentBlock] = [TextContent(type="text", text=_result_text(result))]
         for path in one_per_output(result.files):
             blocks.append(await _file_block(sessions, path, session, config))

@@ -10,6 +10,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from .._telemetry import TraceRequests
 from ._auth import TokenAuth
 from ._bodies import BodyLimit
 from ._config import ServerConfig
@@ -51,6 +52,8 @@ def create_app(config: ServerConfig) -> Starlette:
         # The token first: a stranger learns nothing, not even the body limit.
         middleware=[
             Middleware(TokenAuth, token=config.token),
+            # After the token: a stranger cannot start spans or pick their trace.
+            Middleware(TraceRequests),
             Middleware(BodyLimit, limit=config.max_body),
         ],
         exception_handlers=exception_handlers,

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
+from .._data import data_schemas
 from ._config import ServerConfig
+from ._executions import execution_paths, execution_schemas
 from ._options import options_schema
 from ._paths import path_schema
 
@@ -322,6 +324,12 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                     "description": "CPU time and peak memory of this execution, measured in "
                     "the kernel; null for kernels kernelexec did not boot",
                 },
+                "data": {
+                    "type": "array",
+                    "items": {"oneOf": [_ref("TableData"), _ref("ChartData")]},
+                    "description": "the DataFrames and matplotlib figures the outputs "
+                    "showed, as data (see kernelexec.TableData, kernelexec.ChartData)",
+                },
                 "resumed": {
                     **_ref("RestoreReport"),
                     "description": "present when the session was suspended and this "
@@ -330,6 +338,7 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                 },
             },
         },
+        **data_schemas(),
         "Usage": {
             "type": "object",
             "description": "see kernelexec.Usage",
@@ -734,6 +743,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
             ),
         },
     }
+    paths.update(execution_paths(session, execute_body, config.max_timeout))
     paths.update(_jupyter_paths())
     return {
         "openapi": "3.2.0",
@@ -744,7 +754,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
         },
         "paths": paths,
         "components": {
-            "schemas": _schemas(config, kernel_names),
+            "schemas": _schemas(config, kernel_names) | execution_schemas(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

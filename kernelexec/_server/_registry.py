@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._background import ExecutionStore
 from .._checkpoint import Checkpoint, RestoreReport
 from .._exceptions import (
     CheckpointError,
@@ -76,6 +77,8 @@ class Entry:
     # Held while the session is suspended or woken: a request waits for either to end.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     start_task: asyncio.Future[AsyncSession] | None = field(default=None, repr=False)
+    # Its executions by id (kernelexec._server._executions): running ones, and the last finished.
+    execution_store: ExecutionStore = field(default_factory=ExecutionStore, repr=False)
 
     @property
     def suspended(self) -> bool:

@@ -42,6 +42,7 @@ def result_json(result: ExecutionResult, extra: Mapping[str, Any] | None = None)
     for name in ("error", "usage"):  # the nested dataclasses, as to_dict() gives them
         if shallow[name] is not None:
             shallow[name] = asdict(shallow[name])
+    shallow["data"] = [asdict(item) for item in shallow["data"]]
     return _encode(_strict(shallow | dict(extra or {}), 0))
 
 

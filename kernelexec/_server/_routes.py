@@ -13,12 +13,15 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import __version__
+from .._background import Execution
 from .._exceptions import KernelexecError, KernelStartError, SessionClosedError
 from .._live import OutputListener
 from .._models import ExecutionResult
 from ._bodies import ExecuteRequest, body_chunks, parse_create, parse_execute, parse_flags
 from ._config import ServerConfig
 from ._errors import ApiError, JSONResponse
+from ._executions import begin, cancel_execution, get_execution, list_executions, location
+from ._executions import execution_events as execution_events_route
 from ._files import download as file_download
 from ._files import list_files, read_notebook, write_file
 from ._paths import check_file_path, too_long
@@ -40,7 +43,7 @@ class ServerState:
     registry: Registry
     kernel_names: list[str]
     schema: dict[str, Any]
-    tasks: set[asyncio.Task[ExecutionResult]] = field(default_factory=set)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
 def _state(request: Request) -> ServerState:
@@ -122,14 +125,48 @@ async def _execute(
         raise ApiError(503, "kernel_start_failed", str(exc)) from None
 
 
+def _begin(
+    request: Request, body: ExecuteRequest, on_output: OutputListener | None = None
+) -> Execution:
+    """The execution as a task of its own, reachable by id: it outlives a client that goes away."""
+    state = _state(request)
+
+    def run(entry: Entry, listener: OutputListener, extra: dict[str, Any]) -> Any:
+        return _execute(entry, body, listener, extra)
+
+    execution = begin(
+        state.registry,
+        _id(request),
+        run,
+        code=body.code,
+        language=body.language,
+        max_chars=state.config.max_stream_buffer,
+        on_output=on_output,
+    )
+    state.tasks.add(execution.task)
+    execution.task.add_done_callback(_forget(state.tasks))
+    return execution
+
+
 async def execute(request: Request) -> Response:
     state = _state(request)
     state.registry.get_live(_id(request))  # a 404 or 409 before reading the body
     body = await parse_execute(request, state.config)
-    extra: dict[str, Any] = {}
-    async with state.registry.using(_id(request)) as entry:
-        result = await _execute(entry, body, None, extra)
-    return Response(result_json(result, extra), media_type="application/json")
+    # A client that disconnects leaves the execution running to its end (or
+    # timeout), listed at GET /sessions/{id}/executions with its full result.
+    execution = _begin(request, body)
+    result = await execution.wait()
+    assert result is not None
+    return Response(result_json(result, execution.extra), media_type="application/json")
+
+
+async def start_execution(request: Request) -> Response:
+    state = _state(request)
+    state.registry.get_live(_id(request))
+    body = await parse_execute(request, state.config)
+    execution = _begin(request, body)
+    where = location(_id(request), execution)
+    return JSONResponse(execution.to_dict(), status_code=202, headers={"Location": where})
 
 
 async def execute_stream(request: Request) -> Response:
@@ -137,27 +174,19 @@ async def execute_stream(request: Request) -> Response:
     state.registry.get_live(_id(request))
     body = await parse_execute(request, state.config)
     queue = OutputQueue(state.config.max_stream_buffer)
-    extra: dict[str, Any] = {}
-    entry = await state.registry.acquire(_id(request))
-
-    async def run() -> ExecutionResult:
-        try:
-            return await _execute(entry, body, lambda live: queue.put(live.output), extra)
-        finally:
-            state.registry.release(entry)
-
-    # A task of its own, so the execution outlives a reader that goes away.
-    task = asyncio.get_running_loop().create_task(run())
-    state.tasks.add(task)
-    task.add_done_callback(_forget(state.tasks))
+    execution = _begin(request, body, lambda live: queue.put(live.output))
     return StreamingResponse(
-        execution_events(task, queue, extra=extra),
+        execution_events(execution.task, queue, extra=execution.extra),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            "Location": location(_id(request), execution),
+        },
     )
 
 
-def _forget(tasks: set[asyncio.Task[ExecutionResult]]) -> Callable[[asyncio.Task[Any]], None]:
+def _forget(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
     def done(task: asyncio.Task[Any]) -> None:
         tasks.discard(task)
         if not task.cancelled():
@@ -340,6 +369,10 @@ ROUTES = [
     route(_SESSION, GET=get_session, DELETE=delete_session),
     route(f"{_SESSION}/execute", POST=execute),
     route(f"{_SESSION}/execute/stream", POST=execute_stream),
+    route(f"{_SESSION}/executions", GET=list_executions, POST=start_execution),
+    route(f"{_SESSION}/executions/{{execution_id}}", GET=get_execution),
+    route(f"{_SESSION}/executions/{{execution_id}}/events", GET=execution_events_route),
+    route(f"{_SESSION}/executions/{{execution_id}}/cancel", POST=cancel_execution),
     route(f"{_SESSION}/interrupt", POST=interrupt),
     route(f"{_SESSION}/restart", POST=restart),
     route(f"{_SESSION}/fork", POST=fork),

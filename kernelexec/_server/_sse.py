@@ -14,7 +14,10 @@ Events, in the order they happen:
 - ``output``: one live output: an nbformat output (``stream``, ``display_data``,
   ``execute_result``, ``error``) or a ``clear_output`` / ``update_display_data``
   event, exactly as ``AsyncSession.execute(on_output=...)`` sees them. Stream
-  text waiting for a slow reader is merged into one event per stream.
+  text waiting for a slow reader is merged into one event per stream. A
+  DataFrame's or figure's bundle carries its table or chart payload
+  (``application/vnd.kernelexec.table+json``, ``...chart+json``), which the
+  result's ``data`` has checked and typed.
 - ``dropped``: ``{"outputs": n, "chars": m}``: live outputs left out because
   the reader fell more than the server's stream buffer behind, or because one
   output alone is bigger than that buffer (or is not strict JSON); ``chars``
