@@ -11,7 +11,14 @@ from . import _secrecy  # noqa: F401  (isort: keep first)
 from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend
 from ._background import Execution, ExecutionEvent
 from ._checkpoint import Checkpoint, CheckpointVariable, RestoreReport, SkippedVariable
-from ._client import AsyncClient, AsyncRemoteSession, Client, RemoteSession
+from ._client import (
+    AsyncClient,
+    AsyncRemoteExecution,
+    AsyncRemoteSession,
+    Client,
+    RemoteExecution,
+    RemoteSession,
+)
 from ._data import ChartData, TableData
 from ._exceptions import (
     AuthenticationError,
@@ -35,12 +42,13 @@ from ._pool import KernelPool
 from ._remote_models import CheckpointInfo, FileInfo, SessionInfo
 from ._replay import CellReplay, ReplayReport
 from ._session import AsyncSession
-from ._sync import Session
+from ._sync import Session, SyncExecution
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient",
+    "AsyncRemoteExecution",
     "AsyncRemoteSession",
     "AsyncSession",
     "AuthenticationError",
@@ -70,6 +78,7 @@ __all__ = [
     "Limits",
     "LiveOutput",
     "LocalBackend",
+    "RemoteExecution",
     "RemoteSession",
     "ReplayReport",
     "RestoreReport",
@@ -82,6 +91,7 @@ __all__ = [
     "SessionNotFoundError",
     "SkippedVariable",
     "Status",
+    "SyncExecution",
     "TableData",
     "Usage",
     "__version__",

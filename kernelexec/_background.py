@@ -184,6 +184,7 @@ class Execution:
     _task: asyncio.Task[ExecutionResult] | None = field(default=None, repr=False)
     _log: _Log = field(init=False, repr=False)
     _cancelling: bool = field(default=False, repr=False)
+    _began: bool = field(default=False, repr=False)  # its task has taken its first step
 
     def __post_init__(self) -> None:
         self._log = _Log(self.max_chars)
@@ -254,6 +255,10 @@ class Execution:
             return False
         if not self._cancelling:
             self._cancelling = True
+            if not self._began:
+                # A task cancelled before its first step ends without running ``_run``
+                # at all: nothing else would say what became of it.
+                self.result, self.state, self.finished = self._unrun(), "done", time.time()
             self.task.cancel()
         return True
 
@@ -274,6 +279,7 @@ class Execution:
 
     async def _run(self, run: Runner, on_output: OutputListener | None) -> ExecutionResult:
         """The task: its result is the execution's; it raises what stopped it from running."""
+        self._began = True
         _CURRENT.set(self)
 
         def listen(live: LiveOutput) -> None:
@@ -306,7 +312,7 @@ class Execution:
         message = (
             "Cancelled while the session was finishing this execution."
             if ran
-            else "Cancelled before it ran (it was queued behind another execution); nothing ran."
+            else "Cancelled before it ran (it was waiting for the session); nothing ran."
         )
         return ExecutionResult(
             status="cancelled",

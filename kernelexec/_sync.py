@@ -11,11 +11,12 @@ import asyncio
 import atexit
 import concurrent.futures
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
+from ._background import Execution, ExecutionEvent, ExecutionState
 from ._checkpoint import Checkpoint, RestoreReport
 from ._fork import ForkReport
 from ._live import OutputListener
@@ -25,7 +26,7 @@ from ._replay import ReplayReport
 from ._session import AsyncSession
 from ._variables import Variable, VariableDetail
 
-__all__ = ["Session"]
+__all__ = ["Session", "SyncExecution"]
 
 T = TypeVar("T")
 
@@ -55,6 +56,69 @@ def _call(coro: Coroutine[Any, Any, T]) -> T:
         except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError, Exception):
             pass
         raise
+
+
+async def _cancel(execution: Execution) -> bool:
+    return execution.cancel()  # on the loop's thread: a task is cancelled from its own loop
+
+
+class SyncExecution:
+    """``Session.execute(background=True)``: an ``Execution``, synchronously.
+
+    The execution runs on the sessions' event loop thread whatever the
+    caller's thread does; these methods only look at it, wait for it or
+    cancel it. ``async_execution`` is the ``Execution`` underneath.
+    """
+
+    def __init__(self, execution: Execution) -> None:
+        self.async_execution = execution
+
+    def __repr__(self) -> str:
+        return f"<SyncExecution {self.id} {self.state}>"
+
+    @property
+    def id(self) -> str:
+        return self.async_execution.id
+
+    @property
+    def state(self) -> ExecutionState:
+        """The state: "queued", "running", "done" or "failed"; see ``Execution``."""
+        return self.async_execution.state
+
+    @property
+    def result(self) -> ExecutionResult | None:
+        """The result once done (status "cancelled" when cancelled)."""
+        return self.async_execution.result
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why it could not run (state "failed")."""
+        return self.async_execution.error
+
+    def done(self) -> bool:
+        return self.async_execution.done()
+
+    def wait(self, timeout: float | None = None) -> ExecutionResult | None:
+        """The result, once ended; None if ``timeout`` s pass first. See ``Execution.wait``."""
+        return _call(self.async_execution.wait(timeout))
+
+    def read(self, offset: int = 0, timeout: float | None = None) -> list[ExecutionEvent]:
+        """The events from ``offset`` on, waiting up to ``timeout`` s for one (Execution.read)."""
+        return _call(self.async_execution.read(offset, timeout))
+
+    def events(self, offset: int = 0) -> Iterator[ExecutionEvent]:
+        """The events from ``offset``: those recorded, then the rest as they come; ends with it."""
+        while True:
+            found = self.read(offset)
+            yield from found
+            if found:
+                offset = found[-1].offset + 1
+            elif self.done():
+                return
+
+    def cancel(self) -> bool:
+        """Stops it (out of the queue, or the kernel interrupted); False if it had ended."""
+        return _call(_cancel(self.async_execution))
 
 
 class Session:
@@ -165,6 +229,30 @@ class Session:
         _open.add(self._async)
         return self
 
+    @overload
+    def execute(
+        self,
+        code: str | bytes,
+        *,
+        language: str | None = ...,
+        timeout: float | None = ...,
+        stdin: Sequence[str] | None = ...,
+        on_output: OutputListener | None = ...,
+        background: Literal[False] = ...,
+    ) -> ExecutionResult: ...
+
+    @overload
+    def execute(
+        self,
+        code: str | bytes,
+        *,
+        language: str | None = ...,
+        timeout: float | None = ...,
+        stdin: Sequence[str] | None = ...,
+        on_output: OutputListener | None = ...,
+        background: Literal[True],
+    ) -> SyncExecution: ...
+
     def execute(
         self,
         code: str | bytes,
@@ -173,8 +261,25 @@ class Session:
         timeout: float | None = None,
         stdin: Sequence[str] | None = None,
         on_output: OutputListener | None = None,
-    ) -> ExecutionResult:
+        background: bool = False,
+    ) -> ExecutionResult | SyncExecution:
+        """AsyncSession.execute, synchronously; ``background`` gives a ``SyncExecution`` at once.
+
+        ``on_output`` is called on the sessions' event loop thread, not the caller's.
+        """
         _open.add(self._async)
+        if background:
+            execution = _call(
+                self._async.execute(
+                    code,
+                    language=language,
+                    timeout=timeout,
+                    stdin=stdin,
+                    on_output=on_output,
+                    background=True,
+                )
+            )
+            return SyncExecution(execution)
         return _call(
             self._async.execute(
                 code, language=language, timeout=timeout, stdin=stdin, on_output=on_output

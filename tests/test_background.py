@@ -98,6 +98,17 @@ async def test_a_second_execution_queues_and_a_queued_one_can_be_cancelled(
     assert probe.text.strip() == "False"
 
 
+async def test_cancelled_at_once_it_never_runs_and_says_so(session: AsyncSession) -> None:
+    """A cancel before the execution's task took a step (found trying the README's example)."""
+    run = await session.execute("ran = True", background=True)
+    assert run.cancel() is True
+    result = await asyncio.wait_for(run.wait(), 30)
+    assert result is not None and result.status == "cancelled", result
+    assert run.state == "done" and run.done()
+    assert "nothing ran" in result.text
+    assert (await session.execute("print('ran' in dir())")).stdout == "False\n"
+
+
 async def test_close_with_one_running(tmp_path: object) -> None:
     session = AsyncSession(timeout=120, interrupt_grace=2)
     await session.start()

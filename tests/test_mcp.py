@@ -36,6 +36,8 @@ TOOLS = {
     "restore_session",
     "list_variables",
     "inspect_variable",
+    "get_execution",
+    "cancel_execution",
 }
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\nprint('plotted')"
 

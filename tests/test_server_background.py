@@ -28,7 +28,9 @@ time.sleep(120)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("bg") / "root")
+    # One server for the module's tests, which leave their sessions: room for all of them
+    # when the module runs in one process (the default 8 was too few).
+    proc = ServerProcess(tmp_path_factory.mktemp("bg") / "root", "--max-sessions", "32")
     try:
         yield proc
     finally:

@@ -41,7 +41,9 @@ def test_schemathesis_finds_nothing_with_every_check(tmp_path: Path) -> None:
                 *("--config-file", str(CONFIG)),
                 "run",
                 f"{server.url}/openapi.json",
-                *("--checks", "all"),
+                # Every check is on by default. Not "--checks all": checks named on
+                # the command line override data/schemathesis.toml's per-operation
+                # exclusion (schemathesis 4.32), which then never applied.
                 *("--header", f"Authorization: Bearer {server.token}"),
                 *("--max-examples", str(EXAMPLES), "--seed", "1", "--workers", "1"),
                 *("--max-response-time", "60", "--request-timeout", "120"),

@@ -6,7 +6,7 @@ requests and the reading of answers are shared (``_base``, ``_sse``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
@@ -183,7 +183,7 @@ class AsyncClient:
             raise unreachable(self.url, exc) from exc
         return reader.result()
 
-    async def _lines(self, call: Call[Any]) -> AsyncIterator[str]:
+    async def _lines(self, call: Call[Any]) -> AsyncGenerator[str, None]:
         """The lines of a streamed answer, as they come; closed when the iterator is."""
         try:
             async with self._http.stream(
@@ -296,8 +296,8 @@ class AsyncRemoteSession:
         if background:
             if on_output is not None:
                 raise TypeError("on_output= with background=True: iterate execution.events()")
-            call = execution_calls.start(self.id, code, language, timeout, stdin)
-            return AsyncRemoteExecution(self.client, self.id, await self.client._send(call))
+            start = execution_calls.start(self.id, code, language, timeout, stdin)
+            return AsyncRemoteExecution(self.client, self.id, await self.client._send(start))
         call = calls.execute(self.id, code, language, timeout, stdin, stream=bool(on_output))
         if on_output is None:
             return await self.client._send(call)

@@ -7,12 +7,19 @@ the result at the end; the event format is described in ``_server/_sse.py``.
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from .._background import ExecutionEvent
 from .._exceptions import ServerError
 from .._live import LiveOutput, OutputListener
 from .._models import ExecutionResult
 
-__all__ = ["StreamReader"]
+__all__ = ["EventReader", "StreamReader", "error_event"]
+
+
+def error_event(data: dict[str, Any]) -> ServerError:
+    """The exception for an ``error`` event (or an execution's ``error`` field)."""
+    return ServerError(f"{data.get('message')} ({data.get('error')})", code=str(data.get("error")))
 
 
 class StreamReader:
@@ -76,6 +83,54 @@ class StreamReader:
         elif event == "result":
             self._result = ExecutionResult.from_dict(data)
         elif event == "error":
-            self._error = ServerError(
-                f"{data.get('message')} ({data.get('error')})", code=str(data.get("error"))
-            )
+            self._error = error_event(data)
+
+
+class EventReader:
+    """Turns the SSE lines of ``GET .../executions/{eid}/events`` into ``ExecutionEvent`` s.
+
+    ``feed`` returns the event a blank line completes (an output or a
+    "dropped" one, numbered by its ``id:`` line); the ending ``result`` or
+    ``error`` event is kept in ``result`` or ``error`` instead.
+    """
+
+    def __init__(self) -> None:
+        self.result: ExecutionResult | None = None
+        self.error: ServerError | None = None
+        self._id: str | None = None
+        self._event = "message"
+        self._data: list[str] = []
+
+    @property
+    def ended(self) -> bool:
+        """The stream has said how the execution ended."""
+        return self.result is not None or self.error is not None
+
+    def feed(self, line: str) -> ExecutionEvent | None:
+        """One line of the body, without its line ending; the event it completes, if any."""
+        if not line:
+            return self._dispatch()
+        if not line.startswith(":"):  # not a keep-alive comment
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "id":
+                self._id = value
+            elif name == "event":
+                self._event = value
+            elif name == "data":
+                self._data.append(value)
+        return None
+
+    def _dispatch(self) -> ExecutionEvent | None:
+        event, raw, event_id = self._event, self._data, self._id
+        self._event, self._data, self._id = "message", [], None
+        if not raw:
+            return None
+        data = json.loads("\n".join(raw))
+        if event == "result":
+            self.result = ExecutionResult.from_dict(data)
+        elif event == "error":
+            self.error = error_event(data)
+        elif event in ("output", "dropped") and event_id is not None and event_id.isdigit():
+            return ExecutionEvent(int(event_id), "output" if event == "output" else "dropped", data)
+        return None

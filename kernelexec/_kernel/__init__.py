@@ -5,7 +5,9 @@ container's), which may not have kernelexec installed: these modules import
 only the standard library and ipykernel, and ``boot.py`` loads its siblings by
 path. Nothing here is imported by the rest of kernelexec except for the paths
 and constants below, ``caps.py``'s byte caps, which the reducer applies to
-kernels it did not boot, and ``guard.py``'s process-tree and privilege calls.
+kernels it did not boot, ``guard.py``'s process-tree and privilege calls,
+``fork.py``'s message names and liveness check, and ``data.py``'s mimetypes
+and caps, which the host holds every table and chart to.
 """
 
 from __future__ import annotations

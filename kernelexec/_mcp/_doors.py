@@ -17,9 +17,11 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
+from .._background import Execution, start_execution
 from .._checkpoint import RestoreReport
-from .._client import AsyncClient
+from .._client import AsyncClient, AsyncRemoteExecution
 from .._client._base import Call, Made, calls
+from .._client._executions import execution_calls
 from .._exceptions import (
     CheckpointError,
     ConfigurationError,
@@ -27,17 +29,20 @@ from .._exceptions import (
     KernelStartError,
     ServerError,
 )
+from .._live import OutputListener
 from .._models import ExecutionResult
 from .._remote_models import CheckpointInfo, SessionInfo
 from .._server._checkpoints import CheckpointStore, UnknownCheckpoint
 from .._server._options import OptionError, SessionOptions, parse_options
 from .._session import AsyncSession
+from ._executions import ExecutionView
 from ._files import FileRefused, confined, files_in, read_head, read_notebook
 from ._sessions import McpConfig, SessionError, Sessions, check_name
 
 __all__ = ["Door", "LocalDoor", "RemoteDoor"]
 
 _SERVER_ID = re.compile(r"[0-9a-f]{32}")
+CANCEL_WAIT = 60.0  # seconds cancel_execution waits for the execution to end
 T = TypeVar("T")
 
 
@@ -54,6 +59,23 @@ class Door(Protocol):
         self, name: str, code: str, language: str, timeout: float | None
     ) -> ExecutionResult:
         """Runs code in the session, made first (with no options) if it does not exist."""
+        ...
+
+    async def start(
+        self, name: str, code: str, language: str, timeout: float | None
+    ) -> dict[str, Any]:
+        """Starts code in the background (the session made first if need be); its description."""
+        ...
+
+    async def execution(
+        self, name: str, execution_id: str, wait: float, offset: int
+    ) -> ExecutionView:
+        """A background execution: its events from ``offset``, after waiting up to ``wait`` s
+        for its end."""
+        ...
+
+    async def cancel(self, name: str, execution_id: str) -> ExecutionView:
+        """Cancels a background execution; answered once it has ended (or was already done)."""
         ...
 
     async def infos(self) -> list[dict[str, Any]]: ...
@@ -140,15 +162,59 @@ class LocalDoor:
         await self.sessions.create(name, parsed, timeout)
         return next(i for i in self.sessions.infos() if i["id"] == name)
 
-    async def execute(
-        self, name: str, code: str, language: str, timeout: float | None
-    ) -> ExecutionResult:
+    def _seconds(self, timeout: float | None) -> float:
         seconds = min(timeout or self.config.timeout, self.config.max_timeout)
         if not seconds > 0:
             raise SessionError("timeout must be a positive number of seconds")
+        return seconds
+
+    async def execute(
+        self, name: str, code: str, language: str, timeout: float | None
+    ) -> ExecutionResult:
+        seconds = self._seconds(timeout)
         self.sessions.get(name, create=True)
         async with self.sessions.executing(name) as session:
             return await session.execute(code, language=language, timeout=seconds)
+
+    async def start(
+        self, name: str, code: str, language: str, timeout: float | None
+    ) -> dict[str, Any]:
+        seconds = self._seconds(timeout)
+        self.sessions.get(name, create=True)
+
+        async def run(listener: OutputListener) -> ExecutionResult:
+            # Busy while it runs (list_sessions says so), as a call's execution is.
+            async with self.sessions.executing(name) as session:
+                return await session.execute(
+                    code, language=language, timeout=seconds, on_output=listener
+                )
+
+        execution = start_execution(run, code=code, language=language)
+        return self.sessions.background(name).add(execution).to_dict()
+
+    def _execution(self, name: str, execution_id: str) -> Execution:
+        store = self.sessions.background(name)
+        found = store.get(execution_id)
+        if found is None:
+            raise SessionError(
+                f"no execution {execution_id[:64]!r} in session {name!r}; it may have ended "
+                f"long ago (a session keeps its last {store.keep} finished ones)"
+            )
+        return found
+
+    async def execution(
+        self, name: str, execution_id: str, wait: float, offset: int
+    ) -> ExecutionView:
+        execution = self._execution(name, execution_id)
+        if wait > 0:
+            await asyncio.wait({execution.task}, timeout=wait)
+        return await _local_view(execution, offset)
+
+    async def cancel(self, name: str, execution_id: str) -> ExecutionView:
+        execution = self._execution(name, execution_id)
+        if execution.cancel():
+            await asyncio.wait({execution.task}, timeout=CANCEL_WAIT)
+        return await _local_view(execution, 0)
 
     async def infos(self) -> list[dict[str, Any]]:
         return self.sessions.infos()
@@ -307,6 +373,42 @@ class RemoteDoor:
             await self.create(name, {}, None)
         return await self._call(calls.execute(self._known(name), code, language, timeout, None))
 
+    async def start(
+        self, name: str, code: str, language: str, timeout: float | None
+    ) -> dict[str, Any]:
+        if self._id(check_name(name)) is None:
+            await self.create(name, {}, None)
+        call = execution_calls.start(self._known(name), code, language, timeout, None)
+        started: dict[str, Any] = await self._call(call)
+        return started
+
+    async def _handle(self, name: str, execution_id: str) -> AsyncRemoteExecution:
+        session_id = self._known(name)
+        data = await self._call(execution_calls.get(session_id, execution_id))
+        return AsyncRemoteExecution(self.client, session_id, data)
+
+    async def execution(
+        self, name: str, execution_id: str, wait: float, offset: int
+    ) -> ExecutionView:
+        handle = await self._handle(name, execution_id)
+        try:
+            if wait > 0:
+                await handle.wait(wait)
+            events = await handle.read(offset)
+        except ServerError as exc:
+            if handle.error is None:
+                raise SessionError(str(exc)) from None
+            events = []  # it could not run: the error says why
+        return _remote_view(handle, events)
+
+    async def cancel(self, name: str, execution_id: str) -> ExecutionView:
+        handle = await self._handle(name, execution_id)
+        try:
+            await handle.cancel()
+        except ServerError as exc:
+            raise SessionError(str(exc)) from None
+        return _remote_view(handle, [])
+
     async def infos(self) -> list[dict[str, Any]]:
         names = {session_id: name for name, session_id in self._names.items()}
         listed = await self._call(calls.raw("GET", "/sessions", lambda r: r.json()["sessions"]))
@@ -395,6 +497,29 @@ class RemoteDoor:
 
 def _json(response: Any) -> Any:
     return response.json()
+
+
+async def _local_view(execution: Execution, offset: int) -> ExecutionView:
+    events = await execution.read(offset, 0)  # what there is: no waiting for more
+    error = execution.error
+    return ExecutionView(
+        execution.to_dict(),
+        events,
+        execution.result,
+        None if error is None else f"{type(error).__name__}: {error}",
+    )
+
+
+def _remote_view(handle: AsyncRemoteExecution, events: list[Any]) -> ExecutionView:
+    info = {
+        "id": handle.id,
+        "state": handle.state,
+        "status": handle.status,
+        "code": handle.code,
+        "events": handle.events_end,
+    }
+    error = None if handle.error is None else str(handle.error)
+    return ExecutionView(info, events, handle.result, error)
 
 
 def _info(data: dict[str, Any]) -> SessionInfo:

@@ -20,6 +20,7 @@ from .._client._base import session_options
 from .._models import ExecutionResult
 from ..integrations._blocks import one_per_output
 from ._doors import Door, LocalDoor
+from ._executions import register, started
 from ._files import FileRefused
 from ._progress import with_progress
 from ._sessions import McpConfig, SessionError
@@ -41,7 +42,9 @@ list_files and read_file show it, get_notebook returns the transcript. create_se
 makes a session with options (an interpreter, a venv with packages, output limits, a
 container), as far as the server's operator allows them. fork_session copies a session's
 live state into a new one (try two approaches from one point); checkpoint_session saves
-its variables and files, and restore_session makes a session from that checkpoint."""
+its variables and files, and restore_session makes a session from that checkpoint.
+Long runs: execute_code(background=true) returns an execution id at once; get_execution
+gives its outputs so far (from an offset) or its result, cancel_execution stops it."""
 
 
 def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
@@ -72,6 +75,7 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
         language: str = "python",
         session: str = "default",
         timeout: float | None = None,
+        background: bool = False,
         ctx: Context | None = None,
     ) -> CallToolResult:
         """Runs code in a stateful kernel and returns its output, errors and images.
@@ -81,14 +85,24 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
             language: "python" (default) or "bash" (shell in the same kernel and cwd).
             session: the session's name; made on first use, state kept between calls.
             timeout: seconds before the kernel is interrupted (state is kept).
+            background: return an execution id at once and let the code run on;
+                get_execution gives its outputs and result, cancel_execution stops it.
         """
+        if background:
+            return started(session, await _tool(sessions.start(session, code, language, timeout)))
         running = _tool(sessions.execute(session, code, language, timeout))
         result = await (with_progress(ctx, running, timeout) if ctx is not None else running)
+        return await answer(session, result)
+
+    async def answer(session: str, result: ExecutionResult) -> CallToolResult:
+        """What execute_code returns for a result (get_execution too, once one has ended)."""
         blocks: list[ContentBlock] = [TextContent(type="text", text=_result_text(result))]
         for path in one_per_output(result.files):
             blocks.append(await _file_block(sessions, path, session, config))
         summary = {k: v for k, v in result.to_dict().items() if k != "outputs"}
         return CallToolResult(content=blocks, structured_content=summary, is_error=not result.ok)
+
+    register(server, sessions, answer, config.max_timeout)
 
     @server.tool()
     async def create_session(

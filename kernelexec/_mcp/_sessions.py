@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._background import ExecutionStore
 from .._exceptions import ConfigurationError, KernelStartError
 from .._remote_models import SessionInfo
 from .._server._options import SessionOptions, SessionPolicy
@@ -74,6 +75,7 @@ class _Entry:
     last_activity: float = field(default_factory=time.time)
     executions: int = 0
     busy: int = 0
+    background: ExecutionStore = field(default_factory=ExecutionStore)
 
 
 class Sessions:
@@ -169,6 +171,11 @@ class Sessions:
             raise SessionError(str(exc)) from None
         entry = self._entries[name] = _Entry(session, options)
         return entry
+
+    def background(self, name: str) -> ExecutionStore:
+        """The session's background executions (running, queued, the last finished)."""
+        self.get(name)
+        return self._entries[name].background
 
     @contextlib.asynccontextmanager
     async def executing(self, name: str) -> AsyncIterator[AsyncSession]:

@@ -245,6 +245,25 @@ def _answers(ok: tuple[str, str, dict[str, Any]], *errors: int) -> dict[str, Any
     return answers
 
 
+def _linked(answers: dict[str, Any]) -> dict[str, Any]:
+    """The 202's links: the id it gives is what the execution's routes take.
+
+    They let a client (and schemathesis's stateful phase) go from a start to
+    the execution's state, events and cancel with a real id.
+    """
+    prefix = "#/paths/~1sessions~1%7Bsession_id%7D~1executions~1%7Bexecution_id%7D"
+    parameters = {"session_id": "$request.path.session_id", "execution_id": "$response.body#/id"}
+    answers["202"]["links"] = {
+        name: {"operationRef": f"{prefix}{tail}", "parameters": parameters}
+        for name, tail in (
+            ("GetExecution", "/get"),
+            ("ExecutionEvents", "~1events/get"),
+            ("CancelExecution", "~1cancel/post"),
+        )
+    }
+    return answers
+
+
 def execution_schemas() -> dict[str, Any]:
     """The components the executions' routes use (``Error`` and ``ExecutionResult`` are shared)."""
     number = {"type": ["number", "null"]}
@@ -323,7 +342,9 @@ def execution_paths(
             "post": {
                 "summary": "Start code in the background: 202 with its id at once",
                 "requestBody": execute_body,
-                "responses": _answers(("202", "Started (or queued)", json_of), 400, 404, 409, 503),
+                "responses": _linked(
+                    _answers(("202", "Started (or queued)", json_of), 400, 404, 409, 503)
+                ),
             },
         },
         "/sessions/{session_id}/executions/{execution_id}": {
