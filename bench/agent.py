@@ -12,17 +12,11 @@ Scenarios:
 
 from __future__ import annotations
 
-import asyncio
-import json
-import shutil
-import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from worker import Raw
+from worker import Raw, run_script
 
 BLOCK = 25  # executions per block before the meter is switched
 METER = "sys.modules['kernelexec_kernel_usage']"
@@ -107,16 +101,5 @@ async def measure(impl: str, scenario: str, n: int, root: Path) -> dict[str, Any
     raise SystemExit(f"unknown scenario {scenario!r}")
 
 
-def main() -> None:
-    impl, scenario, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    root = Path(tempfile.mkdtemp(prefix="kernelexec-bench-agent-"))
-    try:
-        result = asyncio.run(measure(impl, scenario, n, root))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    result["p50"] = statistics.median(result["samples"])
-    print("BENCH-RESULT " + json.dumps(result), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_script(measure, "kernelexec-bench-agent-")

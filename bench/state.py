@@ -16,17 +16,12 @@ Scenarios:
 
 from __future__ import annotations
 
-import asyncio
-import json
 import shutil
-import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from worker import Raw, process_tree, rollup
+from worker import Raw, process_tree, rollup, run_script
 
 STACK = "import numpy, pandas\ndf = pandas.DataFrame({'a': range(1000)})"
 ONE_GIB = "big = numpy.ones(128 * 1024 * 1024)"  # 1 GiB of float64, every page touched
@@ -125,16 +120,5 @@ async def measure(impl: str, scenario: str, n: int, root: Path) -> dict[str, Any
     raise SystemExit(f"unknown scenario {scenario!r}")
 
 
-def main() -> None:
-    impl, scenario, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    root = Path(tempfile.mkdtemp(prefix="kernelexec-bench-state-"))
-    try:
-        result = asyncio.run(measure(impl, scenario, n, root))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    result["p50"] = statistics.median(result["samples"])
-    print("BENCH-RESULT " + json.dumps(result), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_script(measure, "kernelexec-bench-state-")

@@ -735,6 +735,17 @@ async def measured(name: str, impl_name: str, n: int, root: Path) -> dict[str, A
         _Service.stop()
 
 
+def run_script(
+    measure: Callable[[str, str, int, Path], Awaitable[dict[str, Any]]], prefix: str
+) -> None:
+    """``python SCRIPT IMPL SCENARIO N`` for state.py and agent.py: one JSON result line out."""
+    impl, scenario, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as root:
+        result = asyncio.run(measure(impl, scenario, n, Path(root)))
+    result["p50"] = statistics.median(result["samples"])
+    print("BENCH-RESULT " + json.dumps(result), flush=True)
+
+
 def main() -> None:
     impl_name, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     # Read when a kernel starts: "kernelexec" is the default, zygote on (also
