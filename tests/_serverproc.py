@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,15 @@ class ServerProcess:
     could be taken by another process before the server bound it.
     """
 
-    def __init__(self, work_root: Path, *options: str, token: str = TOKEN) -> None:
+    def __init__(
+        self,
+        work_root: Path,
+        *options: str,
+        token: str = TOKEN,
+        prefix: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Starts ``kernelexec serve``; ``prefix`` runs it under another command (a wrapper)."""
         self.work_root = work_root
         self.token = token
         work_root.parent.mkdir(parents=True, exist_ok=True)
@@ -41,6 +50,7 @@ class ServerProcess:
         self._log_file = self.log.open("w")
         self.proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "kernelexec",
@@ -55,6 +65,7 @@ class ServerProcess:
             ],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
+            env=None if env is None else dict(env),
         )
         self.port = self._wait_listening()
         self.url = f"http://127.0.0.1:{self.port}"

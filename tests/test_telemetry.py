@@ -7,6 +7,9 @@ the exporter), spoken to over HTTP by Starlette's TestClient.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _serverproc import ServerProcess
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -319,3 +323,62 @@ def test_kernelexec_works_without_opentelemetry(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["42", "200"]
+
+
+def _console_spans(log: str) -> list[dict[str, Any]]:
+    """The spans the SDK's console exporter printed (indented JSON objects), in order."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := log.find("{\n", at)) != -1:
+        try:
+            value, end = decoder.raw_decode(log, at)
+        except json.JSONDecodeError:
+            at += 1
+            continue
+        if isinstance(value, dict) and "context" in value and "name" in value:
+            found.append(value)
+        at = end
+    return found
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_serve_under_opentelemetry_instrument(tmp_path: Path, content: bool) -> None:
+    """As an operator runs it: the SDK set up from OTEL_* variables, a real server, a real trace."""
+    instrument = shutil.which("opentelemetry-instrument")
+    assert instrument is not None, "opentelemetry-distro is missing: pip install -e '.[test]'"
+    env = {
+        **os.environ,
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "KERNELEXEC_SECRET_FOR_TEST": "s3cret-value-9",
+    }
+    env.pop("KERNELEXEC_OTEL_CAPTURE_CONTENT", None)
+    marker = f"MARKER-{uuid.uuid4().hex}"
+    options = ("--trace-content",) if content else ()
+    server = ServerProcess(tmp_path / "work", *options, prefix=[instrument], env=env)
+    try:
+        session_id = server.create()
+        answer = server.http.post(
+            f"/sessions/{session_id}/execute",
+            json={"code": f"print({marker!r})"},
+            headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"},
+        )
+        assert answer.status_code == 200 and answer.json()["stdout"] == f"{marker}\n"
+    finally:
+        assert server.stop() == 0
+    log = server.log.read_text()
+    spans = _console_spans(log)
+    names = {span["name"] for span in spans}
+    assert {"POST /sessions/{session_id}/execute", "kernelexec.execute"} <= names, names
+    assert {"kernelexec.session.create", "kernelexec.kernel.start"} <= names, names
+    request = next(s for s in spans if s["name"] == "POST /sessions/{session_id}/execute")
+    execute = next(s for s in spans if s["name"] == "kernelexec.execute")
+    assert request["context"]["trace_id"] == execute["context"]["trace_id"] == f"0x{TRACE_ID}"
+    assert request["parent_id"] == f"0x{PARENT_ID}"
+    assert execute["attributes"]["kernelexec.execution.status"] == "ok"
+    assert execute["attributes"]["kernelexec.session.id"] == session_id
+    said = json.dumps(spans)
+    assert server.token not in said and "s3cret-value-9" not in said
+    assert (marker in said) is content
+    if content:
+        assert marker in execute["attributes"]["kernelexec.execution.code"]
