@@ -730,11 +730,13 @@ class AsyncSession:
     def _judge(self, outcome: Outcome, timeout: float) -> tuple[Status, list[str], bool]:
         notes = list(outcome.notes)
         reducer = outcome.reducer
-        if outcome.ending == "done":
-            return ("error" if reducer.error is not None else "ok"), notes, False
-        if self._closed:
+        # close() interrupts a running cell: the KeyboardInterrupt it ends with is ours.
+        stopped_by_close = reducer.error is not None and reducer.error.ename == "KeyboardInterrupt"
+        if self._closed and (outcome.ending != "done" or stopped_by_close):
             notes.append("The session was closed while this code ran.")
             return "cancelled", notes, False
+        if outcome.ending == "done":
+            return ("error" if reducer.error is not None else "ok"), notes, False
         if outcome.ending == "died":
             reason = self._backend.exit_reason() or "cause unknown"
             then = (
