@@ -74,7 +74,8 @@ class ExecutionResult:
     Attributes:
         status: "ok", "error" (the code raised or was refused), "timeout"
             (the kernel was interrupted, or restarted when that failed),
-            "kernel_died" (the kernel process ended) or "cancelled".
+            "kernel_died" (the kernel process ended) or "cancelled" (stopped by
+            ``Execution.cancel()`` or by closing its session, or never run).
         execution_count: the kernel's ``In[n]`` number, None if it never ran.
         stdout, stderr: the streams, kept apart (long ones keep head and tail).
         outputs: nbformat v4 outputs in order, as a notebook would store them.
