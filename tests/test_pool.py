@@ -159,8 +159,12 @@ async def test_a_kernel_that_cannot_enter_the_work_dir_runs_nothing(
     except KernelStartError as exc:  # the kernel was already gone: its restart fails
         assert str(session.work_dir) in str(exc)
     else:
-        assert result.status == "kernel_died"
         assert f"could not enter its work dir {session.work_dir}" in str(result.message)
+        if result.status != "kernel_died":
+            # Or seen dead before the code was sent: the transcript's note of the death
+            # made the folder again, and a new kernel ran the code there, saying so.
+            assert result.ok and result.restarted, result
+            assert (session.work_dir / "marker").exists()
     finally:
         await session.close()
     assert pool._home is not None and not list(pool._home.rglob("marker"))
