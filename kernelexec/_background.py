@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import secrets
 import time
 from collections import deque
@@ -36,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._live import LiveOutput, OutputListener
+from ._live import LiveOutput, OutputListener, json_size
 from ._models import ExecutionResult
 
 __all__ = [
@@ -96,17 +95,6 @@ class ExecutionEvent:
         return LiveOutput(self.data) if self.kind == "output" else None
 
 
-def _size(output: dict[str, Any]) -> int | None:
-    """Characters ``output`` holds; None if it is not strict JSON (it cannot be sent)."""
-    if output.get("output_type") == "stream":
-        return len(str(output.get("text", "")))
-    try:
-        # The kernel caps outputs in bytes before sending them, so this copy is bounded.
-        return len(json.dumps(output, ensure_ascii=True, allow_nan=False))
-    except (ValueError, TypeError, RecursionError):
-        return None
-
-
 class _Log:
     """The newest events, at most ``max_chars`` of them; older ones are let go and counted."""
 
@@ -120,7 +108,7 @@ class _Log:
         self.changed = asyncio.Event()
 
     def add(self, output: dict[str, Any]) -> None:
-        size = _size(output)
+        size = json_size(output)
         if size is None or size + _OVERHEAD > self.max_chars:
             event = ExecutionEvent(self.end, "dropped", {"outputs": 1, "chars": size or 0})
             size = 0

@@ -10,12 +10,16 @@ read-only mapping of the nbformat output (``output["output_type"]``,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ._render import render_outputs
 
-__all__ = ["LiveOutput", "OutputListener"]
+__all__ = ["LiveOutput", "OutputListener", "json_size"]
+
+_SIZED_NODES = 100_000  # past this many strings, numbers and containers, an output counts as huge
+_SCALARS = (str, int, float, bool, type(None))
 
 
 class LiveOutput(Mapping[str, Any]):
@@ -87,3 +91,40 @@ class LiveOutput(Mapping[str, Any]):
 
 OutputListener = Callable[[LiveOutput], None]
 """An ``on_output`` listener: called with each ``LiveOutput`` as it happens."""
+
+
+def json_size(output: Mapping[str, Any]) -> int | None:
+    """About how many characters a live output takes as strict JSON, without serializing it.
+
+    A stream's size is its text's length. Anything else is walked (without
+    recursion, however deep it is nested), adding up its strings' lengths, so
+    an output too big for a buffer costs no copy of it. None: not strict JSON
+    (NaN or infinity, a value JSON has no type for), or more than
+    ``_SIZED_NODES`` parts (huge; not walked to the end).
+    """
+    if output.get("output_type") == "stream":
+        return len(str(output.get("text", "")))
+    size, seen = 0, 0
+    todo: list[Any] = [output]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+        elif isinstance(item, float) and not math.isfinite(item):
+            return None
+        elif isinstance(item, _SCALARS):
+            size += 8
+        elif isinstance(item, (dict, Mapping, list, tuple)):
+            seen += 2 * len(item) if isinstance(item, Mapping) else len(item)
+            if seen > _SIZED_NODES:
+                return None  # and no list of its parts was made
+            if isinstance(item, Mapping):
+                size += 2 * len(item) + 2
+                todo.extend(item.keys())
+                todo.extend(item.values())
+            else:
+                size += len(item) + 2
+                todo.extend(item)
+        else:
+            return None
+    return size

@@ -41,6 +41,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._live import json_size
 from .._models import ExecutionResult
 from ._errors import ApiError
 from ._results import result_json
@@ -67,38 +68,6 @@ class _Dropped:
     chars: int = 0
 
 
-_SIZED_NODES = 100_000  # past this many strings, numbers and containers, an output counts as huge
-
-
-def _rough_size(value: Any) -> tuple[int, bool]:
-    """About how many characters ``value`` takes as JSON, without serializing it.
-
-    Walks the value (without recursion, however deep it is nested), adding up
-    its strings' lengths: an output too big for the queue costs no copy of it.
-    Returns the size and whether the walk finished: one with more than
-    _SIZED_NODES parts is not walked to the end (the size is then a lower bound).
-    """
-    size, todo, seen = 0, [value], 0
-    while todo:
-        item = todo.pop()
-        if isinstance(item, str):
-            size += len(item) + 2
-            continue
-        if not isinstance(item, (dict, list, tuple)):
-            size += 8
-            continue
-        seen += 2 * len(item) if isinstance(item, dict) else len(item)
-        if seen > _SIZED_NODES:
-            return size, False  # and no list of its parts was made
-        size += 2 * len(item) + 2 if isinstance(item, dict) else len(item) + 2
-        if isinstance(item, dict):
-            todo.extend(item.keys())
-            todo.extend(item.values())
-        else:
-            todo.extend(item)
-    return size, True
-
-
 class OutputQueue:
     """Live outputs not yet sent, at most ``max_chars`` of them.
 
@@ -118,19 +87,16 @@ class OutputQueue:
     def put(self, output: dict[str, Any]) -> None:
         last = self._items[-1] if self._items else None
         room = self.max_chars - self._chars
-        if output.get("output_type") == "stream":
-            text = str(output.get("text", ""))
-            size, sized, item = len(text), True, None
-        else:
-            size, sized = _rough_size(output)
-            item = None
-            if sized and size <= room:
-                try:
-                    item = frame("output", output)
-                except (ValueError, RecursionError):
-                    sized = False  # not strict JSON (NaN), or nested too deep: dropped
-                else:
-                    size = len(item)
+        measured, item = json_size(output), None
+        size = measured or 0
+        sized = measured is not None
+        if sized and size <= room and output.get("output_type") != "stream":
+            try:
+                item = frame("output", output)
+            except (ValueError, RecursionError):
+                sized = False  # nested too deep for json: dropped
+            else:
+                size = len(item)
         if not sized or size > room:
             if not isinstance(last, _Dropped):
                 last = _Dropped()
@@ -141,7 +107,7 @@ class OutputQueue:
             self._items.append(item)
             self._chars += size
         else:
-            name = str(output.get("name", "stdout"))
+            text, name = str(output.get("text", "")), str(output.get("name", "stdout"))
             if not (isinstance(last, _Stream) and last.name == name):
                 last = _Stream(name)
                 self._items.append(last)
