@@ -6,6 +6,7 @@ requests and the reading of answers are shared (``_base``, ``_sse``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
@@ -170,17 +171,9 @@ class AsyncClient:
         self, call: Call[ExecutionResult], on_output: OutputListener
     ) -> ExecutionResult:
         reader = StreamReader(on_output)
-        try:
-            async with self._http.stream(
-                call.method, call.path, **call.options(self.timeout)
-            ) as response:
-                if response.is_error:
-                    await response.aread()
-                    raise error_for(response)
-                async for line in response.aiter_lines():
-                    reader.feed(line)
-        except httpx.TransportError as exc:
-            raise unreachable(self.url, exc) from exc
+        async with contextlib.aclosing(self._lines(call)) as lines:
+            async for line in lines:
+                reader.feed(line)
         return reader.result()
 
     async def _lines(self, call: Call[Any]) -> AsyncGenerator[str, None]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import contextlib
+from collections.abc import Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
@@ -167,20 +168,12 @@ class Client:
     ) -> ExecutionResult:
         """Sends an execution to the streaming route, calling ``on_output`` as outputs come."""
         reader = StreamReader(on_output)
-        try:
-            with self._http.stream(
-                call.method, call.path, **call.options(self.timeout)
-            ) as response:
-                if response.is_error:
-                    response.read()
-                    raise error_for(response)
-                for line in response.iter_lines():
-                    reader.feed(line)
-        except httpx.TransportError as exc:
-            raise unreachable(self.url, exc) from exc
+        with contextlib.closing(self._lines(call)) as lines:
+            for line in lines:
+                reader.feed(line)
         return reader.result()
 
-    def _lines(self, call: Call[Any]) -> Iterator[str]:
+    def _lines(self, call: Call[Any]) -> Generator[str, None, None]:
         """The lines of a streamed answer, as they come; closed when the iterator is."""
         try:
             with self._http.stream(
