@@ -1,11 +1,14 @@
 """``AsyncSession.fork``: a new session holding a copy of a live session's state.
 
 A local kernel is forked as a process (copy-on-write: every variable, import,
-class and figure, with nothing re-run); a kernel that cannot be forked here (a
-gateway's, a container's) is checkpointed and restored into a new kernel of
-the same kind instead, and the fork says so. Either way the new session gets
-its own work dir holding a copy of the parent's files, and a transcript that
-begins with a note naming the parent, then the parent's cells.
+class and figure, with nothing re-run), unless something in it would not
+survive ``fork()``: a GPU driver in use, or a live GNU OpenMP pool, which
+would leave the copy broken or hung on its first parallel operation. Such a
+kernel, and one that cannot be forked here (a gateway's, a container's), is
+checkpointed and restored into a new kernel of the same kind instead, and the
+report says why. Either way the new session gets its own work dir holding a
+copy of the parent's files, and a transcript that begins with a note naming
+the parent, then the parent's cells.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import _workdir
 from ._backends import LocalBackend
@@ -25,8 +28,10 @@ from ._transcript import note_cell
 if TYPE_CHECKING:
     from ._session import AsyncSession
 
-__all__ = ["ForkReport", "fork_session"]
+__all__ = ["FORK_METHODS", "ForkMethod", "ForkReport", "fork_session"]
 
+ForkMethod = Literal["auto", "process", "checkpoint"]
+FORK_METHODS: tuple[ForkMethod, ...] = ("auto", "process", "checkpoint")
 _CHECKPOINTS = "checkpoints"  # the parent's checkpoints stay the parent's
 
 
@@ -38,12 +43,16 @@ class ForkReport:
         parent_work_dir: the parent session's work dir.
         parent_transcript: the parent's transcript file.
         parent_cells: how many code cells the parent had run when forked.
-        method: ``"fork"`` (the kernel process was forked) or
-            ``"checkpoint"`` (checkpointed and restored: a backend that
-            cannot fork, such as a gateway or Docker).
+        method: ``"process"`` (the kernel process was forked) or
+            ``"checkpoint"`` (checkpointed and restored).
         files: how many of the parent's files were copied.
-        left_behind: variables a checkpoint could not carry (``"checkpoint"``
-            only), as ``"name (type): why"``.
+        left_behind: what did not come across, as text: variables a
+            checkpoint could not carry (``"name (type): why"``), or what a
+            forked process leaves behind (threads, the parent's child
+            processes, shared sockets, and with ``method="process"`` asked
+            for, a GPU context or OpenMP pool that is broken in the copy).
+        reason: why a checkpoint was made rather than a process fork
+            (None for a process fork).
     """
 
     parent_work_dir: str
@@ -52,6 +61,7 @@ class ForkReport:
     method: str
     files: int
     left_behind: tuple[str, ...] = ()
+    reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -60,12 +70,25 @@ class ForkReport:
 
 
 async def fork_session(
-    parent: AsyncSession, work_dir: str | Path | None, *, wait: bool
+    parent: AsyncSession,
+    work_dir: str | Path | None,
+    *,
+    wait: bool,
+    method: ForkMethod = "auto",
 ) -> AsyncSession:
     """The body of ``AsyncSession.fork``."""
     from ._session import AsyncSession, _prepare_work_dir
 
+    if method not in FORK_METHODS:
+        raise ConfigurationError(
+            f"method={method!r}: use one of {', '.join(repr(m) for m in FORK_METHODS)}"
+        )
     parent._check_open()
+    if method == "process" and not isinstance(parent._backend, LocalBackend):
+        raise ConfigurationError(
+            f"a {type(parent._backend).__name__} kernel cannot be forked as a process; "
+            "use method='auto' or 'checkpoint'"
+        )
     if not wait and parent._lock.locked():
         raise SessionBusyError(
             "the session is running an execution; fork(wait=True) waits for it to end"
@@ -74,30 +97,45 @@ async def fork_session(
         await parent._ensure_kernel()
         if not await parent._backend.is_alive():
             raise KernelStartError("the kernel has died; there is no state to fork")
+        backend = parent._backend
+        can_fork = isinstance(backend, LocalBackend) and backend.can_fork()
+        if method == "process" and not can_fork:
+            raise ConfigurationError(
+                f"this {type(backend).__name__} kernel cannot be forked as a process "
+                "(another kernelspec's, or no os.pidfd_open); use method='auto' or 'checkpoint'"
+            )
         target = _prepare_work_dir(work_dir)
         if target.resolve() == parent.work_dir.resolve():
             raise ConfigurationError("a fork needs a work dir of its own, not its parent's")
         await parent._transcript.flush()
         files = await asyncio.to_thread(_copy_files, parent, target)
         options = parent._fork_options()
-        backend = parent._backend
+        child: AsyncSession | None = None
         left_behind: tuple[str, ...] = ()
-        if isinstance(backend, LocalBackend) and backend.can_fork():
-            forked = await backend.fork(cwd=target, env=parent._env)
-            child = AsyncSession(target, backend=forked, **options)
-            child._env = dict(parent._env)
-            child._kernel_up = True
-            method = "fork"
+        if method == "checkpoint":
+            reason: str | None = "a checkpoint was asked for (method='checkpoint')"
+        elif not can_fork:
+            reason = f"a {type(backend).__name__} kernel cannot be forked as a process"
         else:
+            assert isinstance(backend, LocalBackend)
+            made = await backend.fork(cwd=target, env=parent._env, force=method == "process")
+            if made.backend is not None:
+                child = AsyncSession(target, backend=made.backend, **options)
+                child._env = dict(parent._env)
+                child._kernel_up = True
+                left_behind, reason = tuple(h.text for h in made.hazards), None
+            else:
+                reason = "; ".join(h.text for h in made.hazards if h.blocks)
+        if child is None:
             child, left_behind = await _by_checkpoint(parent, target, options)
-            method = "checkpoint"
         report = ForkReport(
             parent_work_dir=str(parent.work_dir),
             parent_transcript=str(parent.notebook_path),
             parent_cells=parent._seq,
-            method=method,
+            method="process" if reason is None else "checkpoint",
             files=files,
             left_behind=left_behind,
+            reason=reason,
         )
         child.fork_report = report
         _begin_transcript(child, parent, report)
@@ -147,8 +185,8 @@ def _copy_files(parent: AsyncSession, target: Path) -> int:
 def _begin_transcript(child: AsyncSession, parent: AsyncSession, report: ForkReport) -> None:
     how = (
         "forked (the kernel process, copy-on-write)"
-        if report.method == "fork"
-        else "checkpointed and restored (this backend cannot fork a process)"
+        if report.method == "process"
+        else f"checkpointed and restored ({report.reason})"
     )
     text = (
         f"**Forked** from the session in `{report.parent_work_dir}` after its cell "

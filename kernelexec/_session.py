@@ -22,7 +22,7 @@ from ._background import Execution, ExecutionCancelled, mark_started, run_in_bac
 from ._checkpoint import Checkpoint, RestoreReport
 from ._environment import kernel_env
 from ._exceptions import CheckpointError, ConfigurationError, SessionClosedError
-from ._fork import ForkReport, fork_session
+from ._fork import ForkMethod, ForkReport, fork_session
 from ._languages import kernel_source, normalize_language
 from ._live import OutputListener
 from ._markdown import BlockResult, CodeBlock, extract_code_blocks, run_blocks
@@ -509,14 +509,23 @@ class AsyncSession:
             options=options,
         )
 
-    async def fork(self, work_dir: str | Path | None = None, *, wait: bool = True) -> AsyncSession:
+    async def fork(
+        self,
+        work_dir: str | Path | None = None,
+        *,
+        wait: bool = True,
+        method: ForkMethod = "auto",
+    ) -> AsyncSession:
         """A new, independent session holding a copy of this one's live state.
 
         A local kernel is forked as a process: the new kernel starts with
         every variable, import, class and figure this one has, copy-on-write,
-        with nothing re-run; the two diverge from then on. Other backends (a
-        gateway, Docker) are checkpointed and restored into a new kernel of
-        the same kind instead. The new session gets ``work_dir`` (None: a new
+        with nothing re-run; the two diverge from then on. A kernel holding
+        what a process fork would break (a GPU driver in use, a live GNU
+        OpenMP pool, whose copy would hang on its first parallel operation),
+        and other backends (a gateway, Docker), are checkpointed and restored
+        into a new kernel of the same kind instead; ``fork_report.reason``
+        says why. The new session gets ``work_dir`` (None: a new
         temp dir) with a copy of this one's files, its own transcript, which
         begins with a note naming this session and this session's cells, and
         ``fork_report`` saying how it was made. Random state: a fork's numpy
@@ -526,13 +535,18 @@ class AsyncSession:
         Args:
             work_dir: the fork's work dir (not this session's).
             wait: wait for a running execution to end; False raises instead.
+            method: "auto" (above); "process" forks a local kernel's process
+                even so, listing what breaks in ``fork_report.left_behind``;
+                "checkpoint" always checkpoints and restores.
 
         Raises:
             SessionBusyError: ``wait=False`` and an execution is running.
             KernelStartError: the kernel could not be forked or restored.
             CheckpointError: the checkpoint a non-local backend needs failed.
+            ConfigurationError: an unknown ``method``, or "process" for a
+                kernel that is not local.
         """
-        return await fork_session(self, work_dir, wait=wait)
+        return await fork_session(self, work_dir, wait=wait, method=method)
 
     async def variables(self) -> list[Variable]:
         """The user namespace's variables, briefly, without running a cell.

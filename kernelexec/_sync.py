@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from ._background import Execution, ExecutionEvent, ExecutionState
 from ._checkpoint import Checkpoint, RestoreReport
-from ._fork import ForkReport
+from ._fork import ForkMethod, ForkReport
 from ._live import OutputListener
 from ._markdown import BlockResult
 from ._models import ExecutionResult
@@ -319,11 +319,17 @@ class Session:
             )
         )
 
-    def fork(self, work_dir: str | Path | None = None, *, wait: bool = True) -> Session:
+    def fork(
+        self,
+        work_dir: str | Path | None = None,
+        *,
+        wait: bool = True,
+        method: ForkMethod = "auto",
+    ) -> Session:
         """AsyncSession.fork, synchronously: a new Session."""
         _open.add(self._async)
         child = Session.__new__(Session)
-        child._async = _call(self._async.fork(work_dir, wait=wait))
+        child._async = _call(self._async.fork(work_dir, wait=wait, method=method))
         _open.add(child._async)
         return child
 

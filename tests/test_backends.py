@@ -129,7 +129,7 @@ async def test_a_fork_carries_the_state_on_every_backend(
     async with await ksession.fork(tmp_path / "fork") as fork:
         report = fork.fork_report
         assert report is not None
-        assert report.method == ("fork" if kind == "local" else "checkpoint")
+        assert report.method == ("process" if kind == "local" else "checkpoint")
         assert type(fork._backend) is type(ksession._backend)
         answer = await fork.execute("print(saved['pi'], math.sqrt(4))")
         assert answer.stdout == "3.142 2.0\n", answer.text

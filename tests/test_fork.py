@@ -58,7 +58,7 @@ async def test_a_fork_holds_the_parents_state_and_its_own_files(tmp_path: Path) 
         assert (await parent.execute(STATE)).status == "ok"
         await parent.execute("open('notes.txt', 'w').write('from the parent')")
         async with await parent.fork(tmp_path / "child") as child:
-            assert child.fork_report is not None and child.fork_report.method == "fork"
+            assert child.fork_report is not None and child.fork_report.method == "process"
             answer = await probe(child)
             assert answer == [[0, 1, 2, 3, 4], 6, 3, True, "kept", 7, str(tmp_path / "child")]
             # The shell carries on: its count and history are the parent's so far.
@@ -209,7 +209,7 @@ def test_the_sync_facade_forks_too(tmp_path: Path) -> None:
         parent.execute("word = 'sync'")
         with parent.fork(tmp_path / "child") as child:
             assert child.execute("print(word)").stdout == "sync\n"
-            assert child.fork_report is not None and child.fork_report.method == "fork"
+            assert child.fork_report is not None and child.fork_report.method == "process"
 
 
 OWNER = """

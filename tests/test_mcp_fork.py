@@ -16,7 +16,7 @@ async def test_local_fork_checkpoint_and_restore(tmp_path: Path) -> None:
         forked = await call(client, "fork_session", session="a")
         assert not forked.is_error, texts(forked)
         info = json.loads(texts(forked))
-        assert info["name"] == "a-fork-1" and info["fork_report"]["method"] == "fork"
+        assert info["name"] == "a-fork-1" and info["fork_report"]["method"] == "process"
         child = await call(client, "execute_code", code="x.append(2); x", session="a-fork-1")
         assert texts(child) == "[1, 2]\n"
         parent = await call(client, "execute_code", code="x", session="a")
@@ -49,7 +49,7 @@ async def test_remote_fork_checkpoint_and_restore(tmp_path: Path) -> None:
             forked = json.loads(
                 texts(await call(client, "fork_session", session="a", new_name="f"))
             )
-            assert forked["name"] == "f" and forked["fork_report"]["method"] == "fork"
+            assert forked["name"] == "f" and forked["fork_report"]["method"] == "process"
             assert texts(await call(client, "execute_code", code="y", session="f")) == "'made'\n"
             checkpoint = json.loads(texts(await call(client, "checkpoint_session", session="a")))
             assert checkpoint["variables"][0]["name"] == "y"

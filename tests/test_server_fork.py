@@ -19,7 +19,7 @@ def test_fork_carries_state_diverges_is_listed_and_counts(tmp_path: Path) -> Non
         assert forked.status_code == 201, forked.text
         body = forked.json()
         child = body["id"]
-        assert child != parent and body["fork_report"]["method"] == "fork"
+        assert child != parent and body["fork_report"]["method"] == "process"
         assert body["fork_report"]["parent_cells"] == 1 and body["fork_report"]["files"] >= 1
         # State and files carried, then each goes its own way.
         assert server.execute(child, "x.append(3); (x, K.v, open('f.txt').read())")["text"] == (
@@ -189,7 +189,7 @@ def test_the_clients_fork_checkpoint_and_restore(tmp_path: Path) -> None:
             session = client.session()
             session.execute("y = {'a': 1}")
             fork = session.fork()
-            assert fork.fork_report is not None and fork.fork_report.method == "fork"
+            assert fork.fork_report is not None and fork.fork_report.method == "process"
             assert fork.execute("y['a'] + 1").text == "2\n"
             checkpoint = session.checkpoint()
             assert [v["name"] for v in checkpoint.variables] == ["y"]

@@ -8,16 +8,22 @@ pid), and its exit status from the file its supervisor writes as it ends
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .._kernel.fork import ended
 
-__all__ = ["KernelFork", "PidfdProcess"]
+__all__ = ["ForkHazard", "KernelFork", "PidfdProcess", "ProcessFork"]
 
 _STATUS_WAIT = 1.0  # seconds an ended fork's supervisor gets to have written its status
+_MOST_HAZARDS = 10
+_HAZARD_TEXT = 400  # characters
 
 
 class PidfdProcess:
@@ -27,10 +33,10 @@ class PidfdProcess:
     exit status is learnt is the subclass's (``_exit_status``).
     """
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, pidfd: int | None = None) -> None:
         self.pid = pid
         self.returncode: int | None = None
-        self._pidfd: int | None = os.pidfd_open(pid)
+        self._pidfd: int | None = os.pidfd_open(pid) if pidfd is None else pidfd
 
     def poll(self) -> int | None:
         if self.returncode is not None:
@@ -39,6 +45,12 @@ class PidfdProcess:
             return None
         self.returncode = self._exit_status()
         return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, through the pidfd: never another process that took the pid since."""
+        if self._pidfd is not None and self.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
     def release(self) -> None:
         """Done with the (ended) process: its pidfd is closed."""
@@ -51,19 +63,73 @@ class PidfdProcess:
 
 
 class KernelFork(PidfdProcess):
-    """A kernel forked from another kernel: its status is in the file its supervisor writes."""
+    """A kernel forked from another kernel: its status is in the file its supervisor writes.
 
-    def __init__(self, pid: int, status_file: Path) -> None:
-        super().__init__(pid)
+    The file is in a dir the kernel's code can write to: it is read without
+    following a link, without waiting on a pipe, and a few bytes at most.
+    """
+
+    def __init__(self, pid: int, status_file: Path, pidfd: int | None = None) -> None:
+        super().__init__(pid, pidfd)
         self._status_file = status_file
 
     def _exit_status(self) -> int:
         deadline = time.monotonic() + _STATUS_WAIT
         while True:
             try:
-                return int(self._status_file.read_text().strip())
+                return int(_read_small(self._status_file))
             except (OSError, ValueError):
                 if time.monotonic() >= deadline:
                     # A supervisor ends without writing only when it is SIGKILLed.
                     return -signal.SIGKILL
                 time.sleep(0.01)
+
+
+def _read_small(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a file")
+        return os.read(fd, 32).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class ForkHazard:
+    """Something in a kernel that does not survive ``fork()`` (``_kernel/hazards.py``).
+
+    Attributes:
+        kind: "cuda", "openmp", "threads", "children" or "sockets".
+        blocks: the copy would be broken or could hang.
+        text: what it is, for a person.
+    """
+
+    kind: str
+    blocks: bool
+    text: str
+
+    @classmethod
+    def listed(cls, found: Any) -> tuple[ForkHazard, ...]:
+        """The hazards in a kernel's reply, held to types and sizes (its code wrote them)."""
+        if not isinstance(found, list):
+            return ()
+        hazards = []
+        for item in found[:_MOST_HAZARDS]:
+            if isinstance(item, dict) and isinstance(item.get("text"), str):
+                hazards.append(
+                    cls(
+                        kind=str(item.get("kind"))[:20],
+                        blocks=item.get("blocks") is True,
+                        text=item["text"][:_HAZARD_TEXT],
+                    )
+                )
+        return tuple(hazards)
+
+
+@dataclass(frozen=True)
+class ProcessFork:
+    """What ``LocalBackend.fork`` made: ``backend`` is None if a hazard declined the fork."""
+
+    backend: Any  # LocalBackend | None (it imports this module)
+    hazards: tuple[ForkHazard, ...]

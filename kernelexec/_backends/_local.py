@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,7 +29,8 @@ from .._kernel.fork import REQUEST as FORK_REQUEST
 from .._kernel.guard import end_tree, release
 from .._secrecy import protect_process
 from ._base import KernelMessage
-from ._kernel_fork import KernelFork, PidfdProcess
+from ._fork_witness import ForkWitness
+from ._kernel_fork import ForkHazard, KernelFork, PidfdProcess, ProcessFork
 from ._ready import await_kernel_info
 from ._zmq import KernelSockets, ask_control
 from ._zygote import Zygote, ZygoteGone, zygote_for
@@ -138,6 +140,16 @@ class LocalBackend:
         self._cwd = Path.cwd()
         self._env: dict[str, str] = {}
         self._ipc_dir: Path | None = None  # Unix sockets, when the kernel listens on them
+
+    def fresh(self) -> LocalBackend:
+        """A new, unstarted backend with the same settings (a session's fork, restored)."""
+        return LocalBackend(
+            kernel_name=self.kernel_name,
+            python=self.python,
+            startup_timeout=self.startup_timeout,
+            preload=self.preload,
+            zygote=self.zygote,
+        )
 
     async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
         # Over TCP (other kernelspecs), ports are chosen free, then bound by the
@@ -351,13 +363,18 @@ class LocalBackend:
         session = Session(key=key, signature_scheme="hmac-sha256")
         self._channels = KernelSockets(self._info, session, _context())
 
-    async def fork(self, *, cwd: Path, env: dict[str, str]) -> LocalBackend:
+    async def fork(self, *, cwd: Path, env: dict[str, str], force: bool = False) -> ProcessFork:
         """A new backend whose kernel is a fork of this one's: its Python state, copy-on-write.
 
         The fork request is queued on the shell channel behind any execution,
-        so the copy is taken between executions. This kernel's supervisor is
-        told (by this process, the only one it listens to) that the fork is
-        not its to end: the fork outlives this kernel.
+        so the copy is taken between executions. The kernel first looks for
+        what would not survive the fork (a GPU context, a live OpenMP pool:
+        ``_kernel/hazards.py``); unless ``force``, such a hazard declines the
+        fork, and the result has no backend. The fork is known by its
+        connection to a socket of ours (``ForkWitness``), never by the pid in
+        the kernel's reply. This kernel's supervisor is told (by this
+        process, the only one it listens to) that the fork is not its to end:
+        the fork outlives this kernel.
 
         Raises:
             KernelStartError: no running kernel of kernelexec's to fork, the
@@ -366,41 +383,105 @@ class LocalBackend:
         channels, supervisor = self._channels, self._process
         if channels is None or supervisor is None or not self.can_fork():
             raise KernelStartError("only a running kernel started by kernelexec can be forked")
-        child = LocalBackend(
-            kernel_name=self.kernel_name,
-            python=self.python,
-            startup_timeout=self.startup_timeout,
-            preload=self.preload,
-            zygote=self.zygote,
-        )
+        child = self.fresh()
         child._cwd, child._env = cwd, env
         path = child._new_connection()
         assert child._ipc_dir is not None
         status, stderr = child._ipc_dir / "status", child._ipc_dir / "stderr"
         stderr.touch(mode=0o600)
         child._stderr = stderr.open("rb")
+        witness = ForkWitness(child._ipc_dir / "hello", supervisor.pid)
         request = {
             "connection_file": path,
             "cwd": str(cwd),
-            "owner": os.getpid(),
+            "hello": str(witness.path),
             "status_file": str(status),
             "stderr_file": str(stderr),
+            "force": force,
         }
+
+        def adopt(pid: int, pidfd: int) -> None:
+            # At once, so that any failure from here on ends it with child.shutdown.
+            child._adopt(KernelFork(pid, status, pidfd))
+
         try:
-            reply = await self._ask(channels, FORK_REQUEST, request, FORK_REPLY)
-            if reply.get("status") != "ok":
-                raise KernelStartError(f"the kernel could not fork: {reply.get('why', reply)}")
-            pid = int(reply["pid"])
+            hazards = await self._ask_to_fork(channels, request, witness, adopt)
+            if child._process is None:  # declined
+                await child.shutdown(now=True)
+                return ProcessFork(None, hazards)
+            pid = child._process.pid
             # The fork outlives this kernel: its supervisor and this process's
             # own clean-up (_end_tree) must both leave it alone.
             self._released.add(pid)
             release(supervisor.pid, pid)
-            child._adopt(KernelFork(pid, status))
             await child._wait_ready()
         except BaseException:
             await child.shutdown(now=True)
             raise
-        return child
+        finally:
+            witness.close()
+        return ProcessFork(child, hazards)
+
+    async def _ask_to_fork(
+        self,
+        channels: KernelSockets,
+        request: dict[str, Any],
+        witness: ForkWitness,
+        adopt: Callable[[int, int], None],
+    ) -> tuple[ForkHazard, ...]:
+        """Asks for a fork; ``adopt``s it once it has connected to ``witness``; its hazards.
+
+        Returns without adopting anything if the kernel declined. Other
+        messages stay queued. A reply that says "ok" is believed only once
+        the fork has connected.
+        """
+        msg_id = channels.send("shell", FORK_REQUEST, request)
+        others: list[KernelMessage] = []
+        forked = asyncio.ensure_future(witness.fork())
+        hazards: tuple[ForkHazard, ...] | None = None
+        deadline = time.monotonic() + self.startup_timeout
+        try:
+            while True:
+                if forked.done() and hazards is not None:
+                    adopt(*forked.result())
+                    return hazards
+                if time.monotonic() >= deadline:
+                    raise KernelStartError(
+                        f"the kernel's fork did not come within {self.startup_timeout:g} s"
+                    )
+                item = await channels.receive(0.05 if forked.done() else 0.2)
+                if item is None:
+                    if not await self.is_alive():
+                        raise KernelStartError(f"the kernel died ({self.exit_reason()})")
+                    if hazards is not None and not forked.done() and not witness.anything_new():
+                        raise KernelStartError(
+                            "the kernel said it forked, but no new process is below it "
+                            "(its fork handler was replaced?); nothing was forked"
+                        )
+                    continue
+                channel, msg = item
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    others.append(item)
+                elif channel == "shell" and msg["header"]["msg_type"] == FORK_REPLY:
+                    content = msg["content"]
+                    found = ForkHazard.listed(content.get("hazards"))
+                    if content.get("status") == "declined":
+                        return found
+                    if content.get("status") != "ok":
+                        why = str(content.get("why", "no reason given"))[:500]
+                        raise KernelStartError(f"the kernel could not fork: {why}")
+                    hazards = found
+        finally:
+            channels.put_back(others)
+            if not forked.done():
+                forked.cancel()
+            elif not forked.cancelled() and forked.exception() is None:
+                pid, pidfd = forked.result()
+                if hazards is None:  # it came, but was not adopted: end it with its tree
+                    end_tree(pid)
+                    with contextlib.suppress(OSError):
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                    os.close(pidfd)
 
     def can_fork(self) -> bool:
         """Whether ``fork()`` can work: kernelexec's own kernel, running, on Linux."""
@@ -594,18 +675,19 @@ class LocalBackend:
         _LIVE.discard(self)
         self._end_tree()  # first: the group kill takes the supervisor, which holds the rest
         process, self._process, self._info = self._process, None, None
-        if isinstance(process, PidfdProcess) and process.poll() is None:
-            # Its own group may not exist yet (a fork that has not run setsid).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(process.pid, signal.SIGKILL)
-        if self._pgid is not None:
-            try:
-                os.killpg(self._pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self._pgid = None
+        pgid, self._pgid = self._pgid, None
         if isinstance(process, PidfdProcess):
+            # A process this one did not start: its group only while it lives
+            # (then no other group can have its number; it may have none yet,
+            # a fork that has not run setsid), itself through its pidfd.
+            if pgid is not None and process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+            process.kill()
             process.release()  # after the kill: until released, its pid is not reused
+        elif pgid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
         self._remove_ipc_dir()
 
     def _remove_ipc_dir(self) -> None:

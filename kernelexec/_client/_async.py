@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar, overload
 import httpx
 
 from .._checkpoint import RestoreReport
-from .._fork import ForkReport
+from .._fork import ForkMethod, ForkReport
 from .._live import OutputListener
 from .._models import ExecutionResult, Limits
 from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
@@ -312,9 +312,9 @@ class AsyncRemoteSession:
     async def restart(self) -> None:
         await self.client._send(calls.restart(self.id))
 
-    async def fork(self, *, wait: bool = True) -> AsyncRemoteSession:
+    async def fork(self, *, wait: bool = True, method: ForkMethod = "auto") -> AsyncRemoteSession:
         """See ``RemoteSession.fork``."""
-        made = await self.client._send(calls.fork(self.id, wait))
+        made = await self.client._send(calls.fork(self.id, wait, method))
         return AsyncRemoteSession(self.client, made)
 
     async def checkpoint(self, *, files: bool = True) -> CheckpointInfo:

@@ -166,6 +166,7 @@ def fork_report(data: dict[str, Any]) -> ForkReport:
         method=str(data.get("method", "")),
         files=int(data.get("files", 0)),
         left_behind=tuple(data.get("left_behind", ())),
+        reason=None if data.get("reason") is None else str(data["reason"]),
     )
 
 
@@ -266,8 +267,9 @@ class calls:  # a namespace of Call builders, lower case like a module
         return Call("POST", "/sessions", _made, json=body, long=True)
 
     @staticmethod
-    def fork(session_id: str, wait: bool) -> Call[Made]:
-        return Call("POST", f"{_s(session_id)}/fork", _made, json={"wait": wait}, long=True)
+    def fork(session_id: str, wait: bool, method: str = "auto") -> Call[Made]:
+        body = {"wait": wait, "method": method}
+        return Call("POST", f"{_s(session_id)}/fork", _made, json=body, long=True)
 
     @staticmethod
     def checkpoint(session_id: str, files: bool) -> Call[CheckpointInfo]:

@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeVar, overload
 import httpx
 
 from .._checkpoint import RestoreReport
-from .._fork import ForkReport
+from .._fork import ForkMethod, ForkReport
 from .._live import OutputListener
 from .._models import ExecutionResult, Limits
 from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
@@ -298,14 +298,16 @@ class RemoteSession:
     def restart(self) -> None:
         self.client._send(calls.restart(self.id))
 
-    def fork(self, *, wait: bool = True) -> RemoteSession:
+    def fork(self, *, wait: bool = True, method: ForkMethod = "auto") -> RemoteSession:
         """A new session on the server holding a copy of this one's live state and files.
 
         Args:
             wait: wait for a running execution to end; False raises
                 ``ServerError`` (409 ``session_busy``) instead.
+            method: as ``AsyncSession.fork``'s: "auto", "process" or "checkpoint".
         """
-        return RemoteSession(self.client, self.client._send(calls.fork(self.id, wait)))
+        made = self.client._send(calls.fork(self.id, wait, method))
+        return RemoteSession(self.client, made)
 
     def checkpoint(self, *, files: bool = True) -> CheckpointInfo:
         """Checkpoints the session's variables and imports (and files) in the server's store.

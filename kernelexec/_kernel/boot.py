@@ -81,17 +81,23 @@ def start_app(after_init: Any = None) -> None:
     caps = load("caps")
     fork = load("fork")
     app = load("exits").kept_app(caps.capped_app(load("guard").guarded_app(kernelapp.IPKernelApp)))
+    become: Any = None
     try:
         instance = app.instance()
         instance.initialize()
-        fork.install(instance.kernel)
+        fork.install(instance.kernel, load)
         load("usage").install(instance.kernel)
         load("variables").install(instance.kernel)
         load("data").install(instance.shell)
         if after_init is not None:
             after_init(instance)
         instance.start()
-    except fork.BecomeFork as become:
+    except fork.BecomeFork as exc:
+        become = exc
+    if become is not None:
+        # Out of the except clause: inside it, every error the fork's code
+        # raised would be chained to BecomeFork, and sys.exc_info() between
+        # cells would be it.
         fork.become_fork(become, load, start_app)
         # The fork's own app has ended: leave as a kernel does, but without
         # the old kernel's exit handlers (its streams and sockets are not ours).

@@ -3,15 +3,22 @@
 Loaded by ``boot.py`` inside the kernel (standard library and ipykernel only).
 The owner sends a ``kernelexec_fork_request`` on the shell channel, so it is
 handled between executions, in the main thread, never in the middle of one.
-The handler forks:
+The handler first looks for what would not survive a fork (``hazards.py``):
+unless the request says ``"force"``, a hazard that would leave the copy
+broken or hung declines the fork (the owner then checkpoints and restores
+instead). Otherwise it forks:
 
-- in this kernel, it answers with the child's pid and reaps the child when it
-  ends (a thread that waits), and goes on as before;
+- in this kernel, it answers with the hazards it found and reaps the child
+  when it ends (a thread that waits), and goes on as before;
 - in the child, it raises ``BecomeFork`` (a ``SystemExit``, so nothing on the
   way catches it) out of the handler, the event loop and ipykernel's app, up
-  to ``boot.start_app``, which calls ``become_fork``: outside any running
-  loop and with one thread, the child leaves this kernel's session and process
-  group, stops using anything of this kernel's (its sockets, streams and the
+  to ``boot.start_app``, which calls ``become_fork`` once out of its
+  ``except`` clause (so no error in the fork is chained to it): outside any
+  running loop and with one thread, the child leaves this kernel's session
+  and process group, connects to the owner's ``hello`` socket (the owner
+  reads the child's identity from that connection, never from a message the
+  kernel's code could forge, and the child learns the owner's pid the same
+  way), stops using anything of this kernel's (its sockets, streams and the
   descriptors behind them are never touched again, nor closed: they are
   shared with this kernel), becomes a supervised kernel of its own like any
   other (``guard.protect``) and starts a new ipykernel app on the owner's new
@@ -19,7 +26,8 @@ The handler forks:
   variable, import, function and class, copy-on-write), history, execution
   count and hooks.
 
-Request: ``{"connection_file", "cwd", "owner", "status_file", "stderr_file"}``.
+Request: ``{"connection_file", "cwd", "hello", "status_file", "stderr_file", "force"}``.
+Reply: ``{"status": "ok" | "declined" | "error", "hazards": [...], "why"}``.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ import asyncio
 import contextlib
 import functools
 import os
+import socket
+import struct
 import sys
 import threading
 from typing import Any
@@ -35,6 +45,10 @@ from typing import Any
 REQUEST = "kernelexec_fork_request"
 REPLY = "kernelexec_fork_reply"
 _KEPT: list[Any] = []  # the old kernel's objects in a fork: never collected, never closed
+_HELLO_WITHIN = 10.0  # seconds to reach the owner's hello socket
+_CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+_FORKS: set[int] = set()  # this kernel's forks still running: its children, not the code's
+_OLD_PORTS: set[int] = set()  # in a fork: the old kernels' own ports, still open here
 
 
 class BecomeFork(SystemExit):
@@ -45,13 +59,18 @@ class BecomeFork(SystemExit):
         self.request = request
 
 
-def install(kernel: Any) -> None:
-    """Lets ``kernel`` answer fork requests on its shell channel."""
-    kernel.shell_handlers[REQUEST] = functools.partial(_on_request, kernel)
+def install(kernel: Any, load: Any) -> None:
+    """Lets ``kernel`` answer fork requests on its shell channel (``load``: boot's loader)."""
+    kernel.shell_handlers[REQUEST] = functools.partial(_on_request, kernel, load)
 
 
-def _on_request(kernel: Any, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+def _on_request(kernel: Any, load: Any, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
     request = dict(parent.get("content") or {})
+    hazards = _hazards(kernel, load)
+    if not request.get("force") and any(h["blocks"] for h in hazards):
+        declined = {"status": "declined", "hazards": hazards}
+        kernel.session.send(stream, REPLY, declined, parent, ident)
+        return
     # Whatever this kernel has buffered is its own output, not the child's.
     for stream_ in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -63,8 +82,25 @@ def _on_request(kernel: Any, stream: Any, ident: Any, parent: dict[str, Any]) ->
         return
     if pid == 0:
         raise BecomeFork(request)
-    kernel.session.send(stream, REPLY, {"status": "ok", "pid": pid}, parent, ident)
-    threading.Thread(target=_reap, args=(pid,), daemon=True).start()
+    _FORKS.add(pid)
+    kernel.session.send(stream, REPLY, {"status": "ok", "hazards": hazards}, parent, ident)
+    threading.Thread(target=_reap, args=(pid,), name="kernelexec fork reaper", daemon=True).start()
+
+
+def _hazards(kernel: Any, load: Any) -> list[dict[str, Any]]:
+    own = _own_ports(kernel) | _OLD_PORTS
+    found: list[dict[str, Any]] = load("hazards").detect(own_children=set(_FORKS), own_ports=own)
+    return found
+
+
+def _own_ports(kernel: Any) -> set[int]:
+    """The kernel's own listening ports: its channels (over TCP), the pipe its IOPub
+    thread listens on for forked subprocesses' output, debugpy's."""
+    app = getattr(kernel, "parent", None)
+    ports = [getattr(app, f"{channel}_port", None) for channel in _CHANNELS]
+    ports.append(getattr(getattr(app, "iopub_thread", None), "_pipe_port", None))
+    ports.append(getattr(getattr(kernel, "debugger", None), "debugpy_port", None))
+    return {int(p) for p in ports if isinstance(p, (int, str)) and str(p).isdigit()}
 
 
 def _reap(pid: int) -> None:
@@ -72,19 +108,23 @@ def _reap(pid: int) -> None:
     # the supervisor, a subreaper, takes it over): no zombie is left behind.
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+    _FORKS.discard(pid)
 
 
 def become_fork(error: BecomeFork, load: Any, start_app: Any) -> None:
     """In the forked child, after the old app has unwound: run as a kernel of its own."""
     request = error.request
     os.setsid()
+    owner = _say_hello(request.get("hello"))
+    if owner is None:
+        os._exit(1)  # the owner never learnt of this copy, so it could never end it
     redirect(_stderr_file(request.get("stderr_file")))
     shell, app = _old_kernel()
     _KEPT.extend([shell, app, getattr(app, "kernel", None)])
+    _OLD_PORTS.update(_own_ports(getattr(app, "kernel", None)))
     os.chdir(request["cwd"])
     os.environ["PWD"] = os.getcwd()
     fresh_random()
-    owner = int(request["owner"])
     owner_fd = pidfd(owner)
     guard = load("guard")
     guard.protect(
@@ -103,6 +143,26 @@ def become_fork(error: BecomeFork, load: Any, start_app: Any) -> None:
     asyncio.set_event_loop(asyncio.new_event_loop())
     sys.argv = [sys.argv[0], "-f", request["connection_file"]]
     start_app(after_init=functools.partial(_take_over, shell))
+
+
+def _say_hello(path: str | None) -> int | None:
+    """Connects to the owner's hello socket: the owner learns this process from the
+    connection itself; the owner's pid, read from it too, is returned (None: no owner)."""
+    if not path:
+        return None
+    hello = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        hello.settimeout(_HELLO_WITHIN)
+        hello.connect(path)
+        # struct ucred {pid_t pid; uid_t uid; gid_t gid}: the listener's, as it listened.
+        creds = hello.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        owner: int = struct.unpack("3i", creds)[0]
+        hello.sendall(b"forked")
+        return owner
+    except OSError:
+        return None
+    finally:
+        hello.close()
 
 
 def _old_kernel() -> tuple[Any, Any]:

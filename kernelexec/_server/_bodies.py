@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._fork import FORK_METHODS, ForkMethod
 from ._config import ServerConfig
 from ._errors import ApiError
 from ._options import OPTION_FIELDS, OptionError, SessionOptions, parse_options
@@ -224,6 +225,19 @@ async def parse_flags(request: Request, config: ServerConfig, **defaults: bool) 
             raise ApiError(400, "invalid_request", f"{name} must be true or false")
         flags[name] = value
     return flags
+
+
+async def parse_fork(request: Request, config: ServerConfig) -> tuple[bool, ForkMethod]:
+    """The body of ``POST /sessions/{id}/fork``: ``{"wait", "method"}``, both optional."""
+    data = await _json_object(request, config.max_body)
+    _check_fields(data, ("wait", "method"))
+    wait = data.get("wait", True)
+    if not isinstance(wait, bool):
+        raise ApiError(400, "invalid_request", "wait must be true or false")
+    method = data.get("method", "auto")
+    if method not in FORK_METHODS:
+        raise ApiError(400, "invalid_request", f"method must be one of {', '.join(FORK_METHODS)}")
+    return wait, method
 
 
 async def parse_execute(request: Request, config: ServerConfig) -> ExecuteRequest:

@@ -142,6 +142,13 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                     "description": "wait for a running execution to end (default true); "
                     "false answers 409 session_busy instead",
                 },
+                "method": {
+                    "enum": ["auto", "process", "checkpoint"],
+                    "description": "auto (default): fork a local kernel's process unless "
+                    "it holds what a fork breaks (a GPU driver in use, a live OpenMP pool), "
+                    "else checkpoint and restore; process: fork the process even so "
+                    "(400 for a kernel that is not local); checkpoint: always",
+                },
             },
         },
         "CheckpointBody": {
@@ -161,18 +168,29 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
         },
         "ForkReport": {
             "type": "object",
-            "required": ["parent_work_dir", "parent_cells", "method", "files", "left_behind"],
+            "required": [
+                "parent_work_dir",
+                "parent_cells",
+                "method",
+                "files",
+                "left_behind",
+                "reason",
+            ],
             "properties": {
                 "parent_work_dir": text,
                 "parent_transcript": text,
                 "parent_cells": {"type": "integer"},
                 "method": {
-                    "enum": ["fork", "checkpoint"],
-                    "description": "fork: the kernel process was forked (copy-on-write); "
-                    "checkpoint: checkpointed and restored (a kernel that cannot fork)",
+                    "enum": ["process", "checkpoint"],
+                    "description": "process: the kernel process was forked (copy-on-write); "
+                    "checkpoint: checkpointed and restored (reason says why)",
                 },
                 "files": {"type": "integer"},
                 "left_behind": {"type": "array", "items": text},
+                "reason": {
+                    "type": ["string", "null"],
+                    "description": "why a checkpoint was made rather than a process fork",
+                },
             },
         },
         "RestoreReport": {

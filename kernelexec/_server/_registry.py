@@ -30,7 +30,7 @@ from .._exceptions import (
     SessionBusyError,
     SessionClosedError,
 )
-from .._fork import ForkReport
+from .._fork import ForkMethod, ForkReport
 from .._pool import KernelPool
 from .._remote_models import CheckpointInfo, SessionInfo, SessionState
 from .._session import AsyncSession
@@ -335,17 +335,18 @@ class Registry:
                 raise ApiError(503, "kernel_start_failed", str(exc)) from None
         return entry
 
-    async def fork(self, session_id: str, *, wait: bool) -> Entry:
+    async def fork(self, session_id: str, *, wait: bool, method: ForkMethod = "auto") -> Entry:
         """A new session holding a copy of the session's state; counted as any session.
 
-        HTTP 409 ``session_busy`` when it is executing and ``wait`` is false.
+        HTTP 409 ``session_busy`` when it is executing and ``wait`` is false;
+        400 for ``method="process"`` of a kernel that cannot be forked so.
         """
         async with self.using(session_id) as parent:
             self._check_room("; a fork is a session too")
             child_id = secrets.token_hex(16)
             self._reserved += 1
             try:
-                child = await parent.session.fork(self.root / child_id, wait=wait)
+                child = await parent.session.fork(self.root / child_id, wait=wait, method=method)
             except SessionBusyError:
                 raise ApiError(
                     409,
@@ -357,7 +358,9 @@ class Registry:
                 raise _closed_meanwhile() from None
             except CheckpointError as exc:
                 raise ApiError(409, "checkpoint_failed", f"cannot fork: {exc}") from None
-            except (KernelStartError, ConfigurationError) as exc:
+            except ConfigurationError as exc:
+                raise ApiError(400, "invalid_request", f"cannot fork: {exc}") from None
+            except KernelStartError as exc:
                 raise ApiError(503, "kernel_start_failed", f"cannot fork: {exc}") from None
             finally:
                 self._reserved -= 1

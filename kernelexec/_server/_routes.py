@@ -17,7 +17,14 @@ from .._background import Execution
 from .._exceptions import KernelexecError, KernelStartError, SessionClosedError
 from .._live import OutputListener
 from .._models import ExecutionResult
-from ._bodies import ExecuteRequest, body_chunks, parse_create, parse_execute, parse_flags
+from ._bodies import (
+    ExecuteRequest,
+    body_chunks,
+    parse_create,
+    parse_execute,
+    parse_flags,
+    parse_fork,
+)
 from ._config import ServerConfig
 from ._errors import ApiError, JSONResponse
 from ._executions import begin, cancel_execution, get_execution, list_executions, location
@@ -208,8 +215,8 @@ async def restart(request: Request) -> Response:
 async def fork(request: Request) -> Response:
     state = _state(request)
     state.registry.get_live(_id(request))  # a 404 or 409 before reading the body
-    flags = await parse_flags(request, state.config, wait=True)
-    entry = await state.registry.fork(_id(request), wait=flags["wait"])
+    wait, method = await parse_fork(request, state.config)
+    entry = await state.registry.fork(_id(request), wait=wait, method=method)
     return JSONResponse(_described(entry), status_code=201)
 
 
