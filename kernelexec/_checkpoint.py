@@ -591,6 +591,8 @@ async def load_into(
 
 def _stage(checkpoint: Checkpoint, work_dir: Path, staging: str) -> None:
     """Copies the variable files into a new staging folder of ``work_dir``."""
+    # Made even for a checkpoint without variables: the kernel writes its report there.
+    os.close(_workdir.open_folder(work_dir, [staging], create=True))
     for variable in checkpoint.variables:
         for name in (variable.file, variable.buffers_file):
             try:

@@ -96,6 +96,17 @@ async def test_round_trip_into_a_new_work_dir(tmp_path: Path) -> None:
     assert "conn (socket.socket)" in first["source"] and "gen (generator)" in first["source"]
 
 
+async def test_a_checkpoint_without_variables_restores(tmp_path: Path) -> None:
+    # Its staging folder holds no variable file, but the kernel's report goes there.
+    async with AsyncSession(tmp_path / "empty") as session:
+        await session.execute("import math")
+        saved = await session.checkpoint(tmp_path / "cp")
+    assert saved.variables == []
+    async with await AsyncSession.restore(saved, tmp_path / "back") as back:
+        assert back.restore_report is not None and back.restore_report.restored == []
+        assert (await back.execute("print(math.pi > 3)")).stdout == "True\n"
+
+
 def test_sync_facade_and_a_path_outside_the_work_dir(tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere" / "ckpt"
     with Session(tmp_path / "work") as session:

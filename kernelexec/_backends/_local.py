@@ -646,8 +646,10 @@ class LocalBackend:
             )
         stderr = ""
         if self._stderr is not None:
-            self._stderr.seek(0)
-            stderr = self._stderr.read()[-2000:].decode("utf-8", "replace").strip()
+            # The end only: the kernel's code may have written gigabytes there.
+            self._stderr.seek(0, os.SEEK_END)
+            self._stderr.seek(max(0, self._stderr.tell() - 2000))
+            stderr = self._stderr.read(2000).decode("utf-8", "replace").strip()
         return f"the kernel exited during start-up ({self.exit_reason()})" + (
             f"; it said:\n{stderr}" if stderr else ""
         )
