@@ -138,8 +138,13 @@ async def fork_session(
             reason=reason,
         )
         child.fork_report = report
-        _begin_transcript(child, parent, report)
-        await child._transcript.flush()
+        try:
+            _begin_transcript(child, parent, report)
+            await child._transcript.flush()
+        except BaseException:
+            # Cancelled (or failed) with the new kernel running: nobody would hold it.
+            await asyncio.shield(child.close())
+            raise
         return child
 
 

@@ -11,10 +11,14 @@ report names them.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
+from conftest import SOON
 
 from kernelexec import AsyncSession, ConfigurationError, DockerBackend
 
@@ -130,3 +134,27 @@ async def test_unknown_methods_and_process_forks_of_other_kernels_are_refused(
     with pytest.raises(ConfigurationError, match="cannot be forked as a process"):
         await docker.fork(tmp_path / "docker-child", method="process")
     await docker.close()
+
+
+async def test_a_fork_cancelled_once_its_kernel_runs_leaves_no_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelexec import _fork
+    from kernelexec._kernel.guard import descendants
+
+    def cancelled(*_: object) -> None:
+        # A cancellation that lands after the new kernel started (the server's
+        # client went away, say): produced here at that exact point.
+        raise asyncio.CancelledError
+
+    async with AsyncSession(tmp_path / "parent") as parent:
+        await parent.execute("x = 1")
+        before = set(descendants(os.getpid()))
+        monkeypatch.setattr(_fork, "_begin_transcript", cancelled)
+        with pytest.raises(asyncio.CancelledError):
+            await parent.fork(tmp_path / "child")
+        deadline = time.monotonic() + SOON
+        while set(descendants(os.getpid())) - before and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert set(descendants(os.getpid())) - before == set()
+        assert (await parent.execute("print(x)")).stdout == "1\n"
