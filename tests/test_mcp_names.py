@@ -160,21 +160,36 @@ async def test_concurrent_first_uses_of_a_name_over_a_server_make_one_session(
 
 @pytest.mark.timeout(300)
 async def test_concurrent_forks_over_a_server_take_one_name_each(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "work", "--max-sessions", "3")
+    server = ServerProcess(tmp_path / "work", "--max-sessions", "4")
     try:
         async with remote_mcp(server, tmp_path / "mcp.log") as client:
             await call(client, "execute_code", code="x = 'parent'", session="a")
+            # A fork whose call goes away while it waits for the parent: the server
+            # makes it all the same, and the MCP server deletes it.
+            sleep = "import time; time.sleep(3)"
+            await call(client, "execute_code", code=sleep, session="a", background=True)
+            with pytest.raises(MCPError, match="timed out"):
+                await client.call_tool(
+                    "fork_session", {"session": "a", "new_name": "gone"}, read_timeout_seconds=0.5
+                )
+            # Forks of one parent are made in turn: this one after that one.
+            after = await call(client, "fork_session", session="a", new_name="after")
+            assert not after.is_error, texts(after)
+            sessions = server.http.get
+            assert await settled(lambda: len(sessions("/sessions").json()["sessions"]), 2)
+            assert (await call(client, "list_variables", session="gone")).is_error
+
             named = await forks(client, 12, new_name="f")
             assert [ok for ok, _ in named].count(True) == 1, named
             assert all("exists" in text for ok, text in named if not ok), named
             unnamed = await forks(client, 12)
             made = [json.loads(text) for ok, text in unnamed if ok]
-            assert len(made) == 1, unnamed  # the server's --max-sessions: a, f and this one
+            assert len(made) == 1, unnamed  # the server's --max-sessions: a, after, f, this
             assert all("--max-sessions" in text for ok, text in unnamed if not ok), unnamed
-            listed = {s["id"] for s in server.http.get("/sessions").json()["sessions"]}
+            listed = {s["id"] for s in sessions("/sessions").json()["sessions"]}
             ids = [json.loads(text)["id"] for ok, text in named if ok] + [made[0]["id"]]
-            assert len(listed) == 3 and set(ids) < listed
-            names = ["a", "f", made[0]["id"]]
+            assert len(listed) == 4 and set(ids) < listed
+            names = ["a", "after", "f", made[0]["id"]]
             assert kernels_below(server.proc.pid) == await kernel_pids(client, names)
     finally:
         assert server.stop() == 0

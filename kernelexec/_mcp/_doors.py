@@ -386,8 +386,9 @@ class RemoteDoor:
             return made
 
         async def delete(made: T) -> None:
+            # Made for nobody (the call went away): its files too, which no one has seen.
             with contextlib.suppress(KernelexecError):
-                await self.client._send(calls.delete(session_id(made), False))
+                await self.client._send(calls.delete(session_id(made), True))
 
         try:
             return await self._making.make(name, self.client._send(call), adopt, delete)

@@ -320,12 +320,13 @@ def _packages(value: Any, policy: SessionPolicy) -> tuple[str, ...]:
                 f"package {package[:200]!r} is not a requirement for a package of the index "
                 "such as 'rich' or 'pandas>=2.0' (no paths, archives, URLs or pip options)"
             )
-    try:
-        packages = check_packages(packages)  # as pip parses them
-    except ConfigurationError as exc:
-        raise _invalid(str(exc)) from None
     if packages and not policy.packages:
         raise _refused("installing packages (packages)", "--allow-packages")
+    try:
+        # As pip parses them: what the pattern (the schema's too) cannot say.
+        packages = check_packages(packages)
+    except ConfigurationError as exc:
+        raise _invalid(str(exc)) from None
     if packages:
         _need_library("packages")
     return packages
