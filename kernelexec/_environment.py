@@ -10,6 +10,7 @@ from pathlib import Path
 from ._exceptions import ConfigurationError
 
 __all__ = [
+    "installer_env",
     "keep_dumpable",
     "kernel_env",
     "looks_secret",
@@ -47,6 +48,23 @@ def kernel_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env.update(_KERNEL_DEFAULTS)
     env.update(extra or {})
     return env
+
+
+def installer_env() -> dict[str, str]:
+    """The environment pip and uv run in, building a kernel's venv (see ``_installer``).
+
+    This process's, without secrets but the installers' own variables
+    (``PIP_*``, ``UV_*``), and with no configuration file they would find
+    themselves: only one a variable names.
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(("PIP_", "UV_")) or not _SECRET_NAME.search(k)
+    }
+    env.setdefault("PIP_CONFIG_FILE", os.devnull)  # pip then reads no file but the variables
+    env.setdefault("UV_NO_CONFIG", "1")  # a UV_CONFIG_FILE is still read
+    return env | {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
 
 
 def looks_secret(name: str) -> bool:

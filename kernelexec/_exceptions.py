@@ -46,8 +46,9 @@ class ConfigurationError(KernelexecError):
 class EnvironmentBuildError(ConfigurationError):
     """A virtual environment or kernel image with the packages asked for could not be made.
 
-    The message ends with the useful tail of the installer's output (pip's, uv's
-    or docker build's), which names the package that failed and why.
+    A venv's message names the package that failed and gives pip's or uv's
+    reason (their last error lines, without this machine's paths); an image's
+    ends with the useful tail of docker build's output.
     """
 
 

@@ -206,7 +206,7 @@ class ExecutionReducer:
             self.idle = True
 
     def _on_execute_input(self, msg: Message) -> None:
-        self.execution_count = msg["content"].get("execution_count", self.execution_count)
+        self.execution_count = _count(msg["content"].get("execution_count"), self.execution_count)
 
     def _on_stream(self, msg: Message) -> None:
         content = msg["content"]
@@ -268,8 +268,7 @@ class ExecutionReducer:
         content = msg["content"]
         self.replied = True
         self.usage = usage_from((msg.get("metadata") or {}).get(_USAGE_KEY))
-        if content.get("execution_count") is not None:
-            self.execution_count = content["execution_count"]
+        self.execution_count = _count(content.get("execution_count"), self.execution_count)
         status = content.get("status")
         if status == "error" and self.error is None:
             # Only an error that never came as an error message is read here.
@@ -481,6 +480,15 @@ def _unique(records: list[Record]) -> list[Record]:
     for record in records:
         seen.setdefault((record["part"], record["bytes"], record["path"]), record)
     return list(seen.values())
+
+
+def _count(value: object, current: int | None) -> int | None:
+    """An execution count the kernel sent, if it is one; else ``current``.
+
+    The kernel's code may send anything there (a string it chose), and the
+    count goes into results and traces as a number.
+    """
+    return value if type(value) is int and 0 <= value < 2**63 else current
 
 
 def _error_from(content: dict[str, Any]) -> ExecutionError:

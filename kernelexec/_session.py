@@ -91,10 +91,11 @@ class AsyncSession:
     Raises:
         ConfigurationError: a setting is unusable (a timeout that is not
             positive, a work dir that cannot be made, both ``backend`` and
-            ``pool``, a package that looks like an installer option). Raised
+            ``pool``, a package that is no requirement of the index: a path,
+            an archive, a URL or an option). Raised
             by ``start`` (or the first execution): no such ``python_version``.
         EnvironmentBuildError: raised by ``start``: a package could not be
-            installed; the message has the installer's output.
+            installed; the message names it and says why.
     """
 
     @_telemetry.session_span("kernelexec.session.create")

@@ -29,8 +29,14 @@ Spans and their attributes:
     the result's usage: ``kernelexec.usage.wall_seconds``, ``.user_seconds``,
     ``.system_seconds``, ``.peak_rss_bytes`` (when known), ``.children_user_seconds``,
     ``.children_system_seconds``, ``.children_max_rss_bytes``. Status ERROR for
-    "error", "timeout" and "kernel_died", with ``error.type`` the exception's
-    name (``ZeroDivisionError``) or the status.
+    "error", "timeout" and "kernel_died", with ``error.type`` the status, or for
+    "error" the exception's name when it is one of Python's built-in exceptions
+    (``ZeroDivisionError``) or one kernelexec itself reports (``BashError``,
+    ``InvalidInput``, ``UnsupportedLanguage``, ``Aborted``), and otherwise
+    ``_OTHER`` (the OpenTelemetry conventions' value for an error type left
+    unnamed): a class the code defined (``class Leak_SECRETVALUE9(Exception)``),
+    or a library's, has a name the code chose. The kernel reports only a name,
+    so it is checked against the built-in names here, not in the kernel.
 ``kernelexec.transcript.write`` (one batch of cells written to the transcript)
     ``kernelexec.transcript.cells``.
 ``{METHOD} {route}`` (``kernelexec serve``: one HTTP request, kind SERVER)
@@ -46,12 +52,15 @@ What code or its outputs could have written never goes into a span unless the
 operator turns it on with ``KERNELEXEC_OTEL_CAPTURE_CONTENT=1`` (or
 ``kernelexec serve --trace-content``): then ``kernelexec.execution.code`` and
 ``kernelexec.execution.text`` (each cut to 16,000 characters) are added to
-``kernelexec.execute``, and exceptions' messages become span status descriptions.
-Tokens, headers (but the trace context) and environment variables never do.
+``kernelexec.execute``, every exception's name is its ``error.type``, and exceptions'
+messages become span status descriptions. Tokens, headers (but the trace context) and
+environment variables never do. Numbers (counts, sizes, seconds) are what the
+kernel reported, checked to be numbers in range.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import inspect
@@ -73,6 +82,7 @@ if TYPE_CHECKING:
     from ._session import AsyncSession
 
 __all__ = [
+    "OTHER_ERROR",
     "TraceRequests",
     "Traced",
     "execution",
@@ -91,6 +101,19 @@ AttributeValue = str | bool | int | float
 CONTENT_CHARS = 16_000
 # Endings that are no failure of the code nor of kernelexec.
 _NOT_FAILED = ("ok", "cancelled")
+# Exception names the code did not choose: Python's built-in ones (with those of
+# Pythons newer than this one, for a kernel on another interpreter), and the
+# ones kernelexec writes into results itself.
+_NAMED_ERRORS = frozenset(
+    {
+        name
+        for name, value in vars(builtins).items()
+        if isinstance(value, type) and issubclass(value, BaseException)
+    }
+    | {"BaseExceptionGroup", "ExceptionGroup", "EncodingWarning", "PythonFinalizationError"}
+    | {"Aborted", "BashError", "InvalidInput", "UnsupportedLanguage"}
+)
+OTHER_ERROR = "_OTHER"  # error.type of any other exception (OpenTelemetry's fallback value)
 
 _content: bool | None = None  # set by ``serve --trace-content``; None: the environment says
 
@@ -325,7 +348,19 @@ def _note_result(traced: Traced, result: ExecutionResult) -> None:
     if result.status not in _NOT_FAILED:
         error = result.error.ename if result.error is not None else None
         # An exception's name says what failed; its value may quote the data.
-        traced.fail(error if result.status == "error" and error else result.status, result.status)
+        traced.fail(
+            _error_type(error) if result.status == "error" and error else result.status,
+            result.status,
+        )
+
+
+def _error_type(name: str) -> str:
+    """``error.type`` for an exception the kernel reported by ``name``.
+
+    Built-in (and kernelexec's own) names as they are; any other name only
+    when the operator captures content, else ``OTHER_ERROR``.
+    """
+    return name if name in _NAMED_ERRORS or _capturing() else OTHER_ERROR
 
 
 def transcript_write(cells: int) -> contextlib.AbstractContextManager[Traced]:

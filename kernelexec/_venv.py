@@ -41,10 +41,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ._environment import venv_cache_dir
-from ._exceptions import ConfigurationError, EnvironmentBuildError
+from packaging.requirements import InvalidRequirement, Requirement
 
-__all__ = ["EnvRequest", "check_packages", "ensure_env", "make_env", "output_tail"]
+from ._environment import venv_cache_dir
+from ._exceptions import ConfigurationError
+from ._installer import Installers
+
+__all__ = ["ARCHIVES", "EnvRequest", "check_packages", "ensure_env", "make_env"]
 
 # The kernel-side code's oldest ipykernel (pyproject.toml's bound).
 IPYKERNEL = "ipykernel>=7.0.0"
@@ -54,9 +57,22 @@ _FORMAT = 1  # bump when what goes into an environment changes
 _MARKER = ".kernelexec-env.json"
 _BUILDING = ".kernelexec-building"
 _VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
-_TAIL_LINES = 40
-_TAIL_CHARS = 4000
-_INSTALL_TIMEOUT = 1800.0
+# What pip and uv take for a file to build rather than a name on the index.
+ARCHIVES = (
+    ".zip",
+    ".whl",
+    ".egg",
+    ".tar",
+    ".tar.gz",
+    ".tgz",
+    ".tar.bz2",
+    ".tbz",
+    ".tar.xz",
+    ".txz",
+    ".tlz",
+    ".tar.lz",
+    ".tar.lzma",
+)
 
 
 @dataclass(frozen=True)
@@ -114,35 +130,55 @@ class EnvRequest:
 
 
 def check_packages(packages: Sequence[str], *, what: str = "packages") -> tuple[str, ...]:
-    """The requirement strings, checked so that none can act as an installer option.
+    """The requirement strings, each checked to name a package of the index, as pip reads them.
 
-    A package is passed to pip (and uv) after ``--``, but in a requirements
-    file or a shell word it would not be, so a leading "-" (``--index-url=...``
-    would install from anywhere) and line breaks are refused everywhere.
+    A package is a PEP 508 requirement for a project on the package index
+    (``rich``, ``pandas>=2``, ``requests[socks]; python_version >= "3.10"``).
+    pip and uv would take a path, an archive's file name (a bare ``x-1.0.zip``
+    too, found in their working directory), a URL (``x @ https://...``) or an
+    option (``--index-url=...``) from somewhere else and build it on this
+    machine, so each is refused, everywhere (a requirements file or a shell
+    word would not keep an option after ``--``). Each comes back as
+    ``packaging`` writes it, which is what pip parses it into.
 
     Raises:
-        ConfigurationError: one is not a plain requirement string.
+        ConfigurationError: one is not such a requirement; the message says why.
     """
     if isinstance(packages, (str, bytes)):
         raise ConfigurationError(
             f"{what}= takes a list of requirement strings, not one string: [{packages!r}]"
         )
-    checked: list[str] = []
-    for package in packages:
-        if not isinstance(package, str) or not package.strip():
-            raise ConfigurationError(f"{what}= holds {package!r}, which is not a requirement")
-        if package.strip().startswith("-"):
-            raise ConfigurationError(
-                f"{what}= holds {package!r}, which looks like an installer option; "
-                "give requirements only (name, version, URL or path), no options"
-            )
-        if any(ord(c) < 32 or c == "\x7f" for c in package) or package.rstrip().endswith("\\"):
-            raise ConfigurationError(
-                f"{what}= holds {package!r}: a requirement has no line breaks, control "
-                "characters or trailing backslash"
-            )
-        checked.append(package.strip())
-    return tuple(checked)
+    return tuple(_requirement(package, what) for package in packages)
+
+
+def _requirement(package: object, what: str) -> str:
+    if not isinstance(package, str) or not package.strip():
+        raise ConfigurationError(f"{what}= holds {package!r}, which is not a requirement")
+    text = package.strip()
+    why = None
+    if any(ord(c) < 32 or c == "\x7f" for c in package) or text.endswith("\\"):
+        why = "has a line break, a control character or a trailing backslash"
+    elif text.startswith("-"):
+        why = "looks like an installer option"
+    elif text.startswith(".") or "/" in text or "\\" in text:
+        why = "is a path"
+    else:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as exc:
+            why = f"is not a requirement ({str(exc).splitlines()[0]})"
+        else:
+            if requirement.url is not None:
+                why = "is a URL requirement"
+            elif requirement.name.lower().endswith(ARCHIVES):
+                why = "names an archive file"
+    if why is not None:
+        raise ConfigurationError(
+            f"{what}= holds {package[:200]!r}, which {why}; give requirements for packages "
+            "of the index only, such as 'rich' or 'pandas>=2' (no paths, archives, URLs or "
+            "installer options)"
+        )
+    return str(requirement)
 
 
 async def ensure_env(request: EnvRequest) -> str:
@@ -157,14 +193,15 @@ def make_env(request: EnvRequest) -> str:
         ConfigurationError: no such Python version, or ``venv=`` is a path that
             is not a virtual environment.
         EnvironmentBuildError: the environment could not be made or a package
-            not installed; the message ends with the installer's output.
+            not installed; the message names it and gives the installer's reason.
     """
+    packages = check_packages(request.packages)  # an EnvRequest made without ``of`` too
     base, version = _base_interpreter(request)
     inputs = {
         "format": _FORMAT,
         "python": base,
         "version": version,
-        "packages": sorted(set(request.packages)),
+        "packages": sorted(set(packages)),
         "ipykernel": IPYKERNEL,
         "cloudpickle": CLOUDPICKLE,
     }
@@ -179,7 +216,7 @@ def make_env(request: EnvRequest) -> str:
             _build(
                 path,
                 base,
-                request.packages,
+                packages,
                 inputs,
                 key,
                 cached=request.venv is None,
@@ -246,42 +283,21 @@ def _build(
             path.mkdir(parents=True, exist_ok=True)
             (path / _BUILDING).touch()
         python = path / "bin" / "python"
+        wanted = (IPYKERNEL, CLOUDPICKLE, *packages)
         uv = shutil.which("uv")
-        if uv is not None:
-            if created:
-                # --seed: pip in the environment, so `%pip install` in the kernel works.
-                _run([uv, "venv", "--seed", "--allow-existing", "--python", base, str(path)], fd)
-            _run(
-                [
-                    uv,
-                    "pip",
-                    "install",
-                    "--python",
-                    str(python),
-                    "--",
-                    IPYKERNEL,
-                    CLOUDPICKLE,
-                    *packages,
-                ],
-                fd,
-            )
-        else:
-            if created:
-                _run([base, "-m", "venv", str(path)], fd)
-            _run(
-                [
-                    str(python),
-                    "-m",
-                    "pip",
-                    "install",
-                    "--no-input",
-                    "--",
-                    IPYKERNEL,
-                    CLOUDPICKLE,
-                    *packages,
-                ],
-                fd,
-            )
+        with Installers(path, fd) as installers:
+            if uv is not None:
+                if created:
+                    # --seed: pip in the environment, so `%pip install` in the kernel works.
+                    argv = [uv, "venv", "--seed", "--allow-existing", "--python", base, str(path)]
+                    installers.make("uv venv", argv)
+                argv = [uv, "pip", "install", "--python", str(python), "--", *wanted]
+                installers.install("uv pip install", argv, wanted)
+            else:
+                if created:
+                    installers.make("python -m venv", [base, "-m", "venv", str(path)])
+                argv = [str(python), "-m", "pip", "install", "--no-input", "--", *wanted]
+                installers.install("pip install", argv, wanted)
         marker = path / f"{_MARKER}.tmp"
         marker.write_text(json.dumps({"key": key, **inputs}, indent=1), encoding="utf-8")
         os.replace(marker, path / _MARKER)
@@ -290,47 +306,6 @@ def _build(
         if created:
             shutil.rmtree(path, ignore_errors=True)
         raise
-
-
-def _run(argv: list[str], fd: int) -> None:
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
-    try:
-        proc = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            env=env,
-            pass_fds=(fd,),
-            timeout=_INSTALL_TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EnvironmentBuildError(f"`{_shown(argv)}` could not run: {exc}") from exc
-    if proc.returncode != 0:
-        raise EnvironmentBuildError(
-            f"`{_shown(argv)}` failed (exit {proc.returncode}); fix the package list or "
-            f"the interpreter. Its output ends:\n{output_tail(proc.stdout + proc.stderr)}"
-        )
-
-
-def _shown(argv: list[str]) -> str:
-    return " ".join([Path(argv[0]).name, *argv[1:]])
-
-
-def output_tail(output: str) -> str:
-    """The end of an installer's (or a build's) output, where it says what failed.
-
-    Without the lines of pip's noise that a machine's pip configuration adds.
-    """
-    lines = [
-        line
-        for line in output.strip().splitlines()
-        if line.strip() and "is ignored: it is neither a file nor a directory" not in line
-    ]
-    text = "\n".join(lines[-_TAIL_LINES:])
-    return text[-_TAIL_CHARS:]
 
 
 def _base_interpreter(request: EnvRequest) -> tuple[str, str]:

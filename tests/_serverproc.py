@@ -41,6 +41,7 @@ class ServerProcess:
         token: str = TOKEN,
         prefix: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         """Starts ``kernelexec serve``; ``prefix`` runs it under another command (a wrapper)."""
         self.work_root = work_root
@@ -66,6 +67,7 @@ class ServerProcess:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=None if env is None else dict(env),
+            cwd=cwd,
         )
         self.port = self._wait_listening()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -74,6 +74,17 @@ def test_not_done_until_idle_and_reply() -> None:
     assert reducer.done and reducer.execution_count == 3
 
 
+def test_an_execution_count_the_kernel_forged_is_not_taken() -> None:
+    # The kernel's code can send any content; the count goes into results and traces.
+    reducer = ExecutionReducer("REQUEST", limits=Limits())
+    reducer.feed(msg("execute_input", {"code": "", "execution_count": 4}))
+    for forged in ("Leak_SECRETVALUE9", True, -1, 2**64, 4.5, None):
+        reducer.feed(msg("execute_reply", {"status": "ok", "execution_count": forged}))
+        assert reducer.execution_count == 4
+    reducer.feed(msg("execute_reply", {"status": "ok", "execution_count": 5}))
+    assert reducer.execution_count == 5
+
+
 def test_error_only_in_reply_is_reported() -> None:
     reducer = fold(
         [

@@ -205,6 +205,28 @@ async def test_code_outputs_and_error_values_stay_out_of_spans_by_default(
     assert marker in str(execute.attributes["kernelexec.execution.text"])
 
 
+async def test_error_type_is_a_builtin_name_or_other_unless_content_is_captured(
+    spans: InMemorySpanExporter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A class the code defines reaches the kernel's error message by name only.
+    leak = "class Leak_SECRETVALUE9(Exception):\n    pass\n\nraise Leak_SECRETVALUE9()"
+
+    async def error_types(name: str) -> list[object]:
+        async with AsyncSession(tmp_path / name, timeout=60) as session:
+            for code in (leak, "1 / 0"):
+                assert (await session.execute(code)).status == "error"
+        executions = named(of_session(spans, name), "kernelexec.execute")
+        ordered = sorted(executions, key=lambda s: s.start_time or 0)
+        assert all(s.status.status_code is StatusCode.ERROR for s in ordered)
+        return [attributes_of(s)["error.type"] for s in ordered]
+
+    assert await error_types("quiet") == ["_OTHER", "ZeroDivisionError"]
+    assert "SECRETVALUE9" not in everything_said(of_session(spans, "quiet"))
+
+    monkeypatch.setenv("KERNELEXEC_OTEL_CAPTURE_CONTENT", "1")  # the operator asks for content
+    assert await error_types("told") == ["Leak_SECRETVALUE9", "ZeroDivisionError"]
+
+
 def test_the_sync_session_traces_in_the_callers_span(
     spans: InMemorySpanExporter, tmp_path: Path
 ) -> None:

@@ -11,9 +11,11 @@ an option refused) and ``FileRefused`` (a path that is no file of the work dir).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
-from pathlib import PurePosixPath
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
@@ -37,6 +39,7 @@ from .._server._options import OptionError, SessionOptions, parse_options
 from .._session import AsyncSession
 from ._executions import ExecutionView
 from ._files import FileRefused, confined, files_in, read_head, read_notebook
+from ._making import Making
 from ._sessions import McpConfig, SessionError, Sessions, check_name
 
 __all__ = ["Door", "LocalDoor", "RemoteDoor"]
@@ -172,7 +175,6 @@ class LocalDoor:
         self, name: str, code: str, language: str, timeout: float | None
     ) -> ExecutionResult:
         seconds = self._seconds(timeout)
-        self.sessions.get(name, create=True)
         async with self.sessions.executing(name) as session:
             return await session.execute(code, language=language, timeout=seconds)
 
@@ -180,7 +182,7 @@ class LocalDoor:
         self, name: str, code: str, language: str, timeout: float | None
     ) -> dict[str, Any]:
         seconds = self._seconds(timeout)
-        self.sessions.get(name, create=True)
+        await self.sessions.ready(name, create=True)
 
         async def run(listener: OutputListener) -> ExecutionResult:
             # Busy while it runs (list_sessions says so), as a call's execution is.
@@ -263,14 +265,16 @@ class LocalDoor:
         return None if found is None else found.to_dict()
 
     async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
-        parent = self.sessions.get(name)
+        parent = await self.sessions.ready(name)
         options = self.sessions.options(name)
-        child_name = self.sessions.new_name(new_name, f"{name}-fork")
-        try:
-            child = await parent.fork(self.config.work_root / child_name)
-        except (ConfigurationError, KernelStartError) as exc:
-            raise SessionError(f"cannot fork {name!r}: {exc}") from None
-        self.sessions.adopt(child_name, child, options)
+
+        async def forked(work_dir: Path) -> AsyncSession:
+            try:
+                return await parent.fork(work_dir)
+            except (ConfigurationError, KernelStartError) as exc:
+                raise SessionError(f"cannot fork {name!r}: {exc}") from None
+
+        child_name, child = await self.sessions.make(new_name, f"{name}-fork", forked, options)
         info = next(i for i in self.sessions.infos() if i["id"] == child_name)
         return _made(info, child_name, Made(_info(info), fork_report=child.fork_report))
 
@@ -301,17 +305,20 @@ class LocalDoor:
             ) from None
         except CheckpointError as exc:
             raise SessionError(str(exc)) from None
-        new_name = self.sessions.new_name(name, f"restored-{checkpoint[:8]}")
-        try:
-            session = await AsyncSession.restore(
-                saved,
-                self.config.work_root / new_name,
-                kernel_name=self.config.kernel_name,
-                timeout=self.config.timeout,
-            )
-        except (ConfigurationError, KernelStartError) as exc:
-            raise SessionError(f"cannot restore checkpoint {checkpoint}: {exc}") from None
-        self.sessions.adopt(new_name, session, SessionOptions())
+
+        async def restored(work_dir: Path) -> AsyncSession:
+            try:
+                return await AsyncSession.restore(
+                    saved,
+                    work_dir,
+                    kernel_name=self.config.kernel_name,
+                    timeout=self.config.timeout,
+                )
+            except (ConfigurationError, KernelStartError) as exc:
+                raise SessionError(f"cannot restore checkpoint {checkpoint}: {exc}") from None
+
+        stem = f"restored-{checkpoint[:8]}"
+        new_name, session = await self.sessions.make(name, stem, restored, SessionOptions())
         report = session.restore_report
         assert report is not None
         report = RestoreReport(
@@ -341,6 +348,7 @@ class RemoteDoor:
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
         self._names: dict[str, str] = {}  # a name this MCP server gave -> server id
+        self._making = Making()  # names of sessions the server is making for a call
 
     def _id(self, name: str) -> str | None:
         if name in self._names:
@@ -350,35 +358,76 @@ class RemoteDoor:
     def _known(self, name: str) -> str:
         session_id = self._id(check_name(name))
         if session_id is None:
+            if name in self._making:
+                raise SessionError(
+                    f"session {name!r} is being made by another call; use it once that "
+                    "call has answered"
+                )
             raise SessionError(
                 f"no session {name!r}: name one by its id (list_sessions), or make it "
                 "with create_session"
             )
         return session_id
 
+    async def _make(self, name: str | None, call: Call[T], session_id: Callable[[T], str]) -> T:
+        """The server's answer to ``call``, which makes a session; named ``name`` here.
+
+        The name is reserved until the answer comes; a session made for a
+        call that went away meanwhile is deleted (see ``Making``).
+        """
+        if name is not None:
+            if self._id(check_name(name)) is not None or name in self._making:
+                raise SessionError(f"a session {name!r} exists; pick another name, or use it")
+            self._making.reserve(name)
+
+        def adopt(made: T) -> T:
+            if name is not None:
+                self._names[name] = session_id(made)
+            return made
+
+        async def delete(made: T) -> None:
+            # Made for nobody (the call went away): its files too, which no one has seen.
+            with contextlib.suppress(KernelexecError):
+                await self.client._send(calls.delete(session_id(made), True))
+
+        try:
+            return await self._making.make(name, self.client._send(call), adopt, delete)
+        except ServerError as exc:
+            raise SessionError(str(exc)) from None
+
+    async def _for_code(self, name: str) -> str:
+        """The id of the session ``name``, made (with no options) if there is none.
+
+        Concurrent first uses of one name make one session: the first call
+        makes it, the others wait for it.
+        """
+        if not await self._making.wait(check_name(name)):
+            raise SessionError(
+                f"session {name!r} could not be made (the call making it said why); make it again"
+            )
+        session_id = self._id(name)
+        if session_id is None:
+            made = await self._make(name, calls.create("python3", None, None), _session_id)
+            session_id = made.id
+        return session_id
+
     async def create(
         self, name: str, options: dict[str, Any], timeout: float | None
     ) -> dict[str, Any]:
-        if self._id(check_name(name)) is not None:
-            raise SessionError(f"a session {name!r} exists; pick another name, or use it")
         # The server holds the options to its operator's flags; its refusal says which.
-        info = await self._call(calls.create("python3", None, timeout, options))
-        self._names[name] = info.id
+        info = await self._make(name, calls.create("python3", None, timeout, options), _session_id)
         return info.to_dict() | {"name": name}
 
     async def execute(
         self, name: str, code: str, language: str, timeout: float | None
     ) -> ExecutionResult:
-        if self._id(check_name(name)) is None:
-            await self.create(name, {}, None)
-        return await self._call(calls.execute(self._known(name), code, language, timeout, None))
+        session_id = await self._for_code(name)
+        return await self._call(calls.execute(session_id, code, language, timeout, None))
 
     async def start(
         self, name: str, code: str, language: str, timeout: float | None
     ) -> dict[str, Any]:
-        if self._id(check_name(name)) is None:
-            await self.create(name, {}, None)
-        call = execution_calls.start(self._known(name), code, language, timeout, None)
+        call = execution_calls.start(await self._for_code(name), code, language, timeout, None)
         started: dict[str, Any] = await self._call(call)
         return started
 
@@ -466,27 +515,22 @@ class RemoteDoor:
         return found
 
     async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
-        if new_name is not None and self._id(check_name(new_name)) is not None:
-            raise SessionError(f"a session {new_name!r} exists; pick another name")
-        made = await self._call(calls.fork(self._known(name), True))
-        return self._name(made, new_name)
+        made = await self._make(new_name, calls.fork(self._known(name), True), _made_id)
+        return _made(made.info.to_dict(), new_name or made.info.id, made)
 
     async def checkpoint(self, name: str) -> dict[str, Any]:
         return _described(await self._call(calls.checkpoint(self._known(name), True)))
 
     async def restore(self, checkpoint: str, name: str | None) -> dict[str, Any]:
-        if name is not None and self._id(check_name(name)) is not None:
-            raise SessionError(f"a session {name!r} exists; pick another name")
-        made = await self._call(calls.create_made("python3", None, None, None, checkpoint))
-        return self._name(made, name)
-
-    def _name(self, made: Made, name: str | None) -> dict[str, Any]:
-        if name is not None:
-            self._names[name] = made.info.id
+        call = calls.create_made("python3", None, None, None, checkpoint)
+        made = await self._make(name, call, _made_id)
         return _made(made.info.to_dict(), name or made.info.id, made)
 
     async def close(self) -> None:
-        await self.client.close()
+        try:
+            await self._making.close()  # a session made for a call gone meanwhile is deleted
+        finally:
+            await self.client.close()
 
     async def _call(self, call: Call[T]) -> T:
         try:
@@ -497,6 +541,14 @@ class RemoteDoor:
 
 def _json(response: Any) -> Any:
     return response.json()
+
+
+def _session_id(info: SessionInfo) -> str:
+    return info.id
+
+
+def _made_id(made: Made) -> str:
+    return made.info.id
 
 
 async def _local_view(execution: Execution, offset: int) -> ExecutionView:

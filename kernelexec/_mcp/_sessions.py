@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +15,7 @@ from .._exceptions import ConfigurationError, KernelStartError
 from .._remote_models import SessionInfo
 from .._server._options import SessionOptions, SessionPolicy
 from .._session import AsyncSession
+from ._making import Making
 
 __all__ = ["McpConfig", "SessionError", "Sessions", "check_name"]
 
@@ -79,30 +80,55 @@ class _Entry:
 
 
 class Sessions:
-    """Named sessions, made on first use (or by ``create``) and closed together."""
+    """Named sessions, made on first use (or by ``create``) and closed together.
+
+    A name is taken from the moment a call starts making its session (a
+    create, a fork, a restore) and counts against ``max_sessions`` from then
+    on; see ``_making``.
+    """
 
     def __init__(self, config: McpConfig) -> None:
         self.config = config
         self._entries: dict[str, _Entry] = {}
+        self._making = Making()
+        self._closed = False
 
     def get(self, name: str, *, create: bool = False) -> AsyncSession:
         """The session called ``name``, made now (with no options) if ``create``.
 
         Raises:
-            SessionError: a bad name, no such session, or too many sessions.
+            SessionError: a bad name, no such session (or one still being
+                made), or too many sessions.
         """
         check_name(name)
         entry = self._entries.get(name)
         if entry is None:
+            if name in self._making:
+                raise SessionError(
+                    f"session {name!r} is being made by another call; use it once that "
+                    "call has answered"
+                )
             if not create:
                 known = ", ".join(sorted(self._entries)) or "none yet"
                 raise SessionError(
                     f"no session {name!r} (sessions: {known}); execute_code or "
                     "create_session makes one"
                 )
-            entry = self._add(name, SessionOptions())
+            entry = self._add(name)
         entry.last_activity = time.time()
         return entry.session
+
+    async def ready(self, name: str, *, create: bool = False) -> AsyncSession:
+        """``get``, once a session another call is making under ``name`` is made.
+
+        Raises:
+            SessionError: as ``get``; or that session could not be made.
+        """
+        if not await self._making.wait(check_name(name)):
+            raise SessionError(
+                f"session {name!r} could not be made (the call making it said why); make it again"
+            )
+        return self.get(name, create=create)
 
     async def create(
         self, name: str, options: SessionOptions, timeout: float | None = None
@@ -113,62 +139,96 @@ class Sessions:
             SessionError: the name is taken or bad, too many sessions, or the
                 kernel could not start with these options (the message says why).
         """
-        if check_name(name) in self._entries:
+
+        async def start(work_dir: Path) -> AsyncSession:
+            session = self._session(work_dir, options, timeout)
+            try:
+                await session.start()
+            except (ConfigurationError, KernelStartError) as exc:
+                await session.close()
+                raise SessionError(f"session {name!r} could not start: {exc}") from None
+            except BaseException:
+                await session.close()
+                raise
+            return session
+
+        if check_name(name) in self._entries or name in self._making:
             raise SessionError(f"a session {name!r} exists; pick another name, or use it as it is")
-        entry = self._add(name, options, timeout)
-        try:
-            await entry.session.start()
-        except (ConfigurationError, KernelStartError) as exc:
-            self._entries.pop(name, None)
-            await entry.session.close()
-            raise SessionError(f"session {name!r} could not start: {exc}") from None
-        except BaseException:
-            self._entries.pop(name, None)
-            await entry.session.close()
-            raise
-        return entry.session
+        return (await self.make(name, "", start, options))[1]
 
-    def options(self, name: str) -> SessionOptions:
-        """The options the session ``name`` was made with."""
-        self.get(name)
-        return self._entries[name].options
+    async def make(
+        self,
+        name: str | None,
+        stem: str,
+        work: Callable[[Path], Awaitable[AsyncSession]],
+        options: SessionOptions,
+    ) -> tuple[str, AsyncSession]:
+        """The session ``work(work_dir)`` makes (a fork, a restore), under ``name``.
 
-    def new_name(self, name: str | None, stem: str) -> str:
-        """``name`` if free (and good), else the first free ``stem-N``; room checked.
+        The name (``name``, or else the first free ``stem-N``) and its room
+        are taken before anything is made; see ``Making`` for a call that
+        goes away meanwhile.
 
         Raises:
             SessionError: the name is taken or bad, or there are too many sessions.
         """
         self._check_room()
         if name is not None:
-            if check_name(name) in self._entries:
+            if check_name(name) in self._entries or name in self._making:
                 raise SessionError(f"a session {name!r} exists; pick another name")
-            return name
-        stem = stem[:56]
-        return next(f"{stem}-{n}" for n in range(1, 10_000) if f"{stem}-{n}" not in self._entries)
+        else:
+            stem = stem[:56]
+            name = next(
+                f"{stem}-{n}"
+                for n in range(1, 10_000)
+                if f"{stem}-{n}" not in self._entries and f"{stem}-{n}" not in self._making
+            )
+        self._making.reserve(name)
+        session = await self._making.make(
+            name,
+            work(self.config.work_root / name),
+            lambda made: self._adopt(name, made, options),
+            AsyncSession.close,
+        )
+        return name, session
 
-    def adopt(self, name: str, session: AsyncSession, options: SessionOptions) -> None:
-        """Takes a started session (a fork, a restore) in under ``name``."""
-        self._entries[check_name(name)] = _Entry(session, options)
+    def options(self, name: str) -> SessionOptions:
+        """The options the session ``name`` was made with."""
+        self.get(name)
+        return self._entries[name].options
+
+    def _adopt(self, name: str, session: AsyncSession, options: SessionOptions) -> AsyncSession:
+        if self._closed:
+            raise SessionError("kernelexec mcp is stopping; the session was closed")
+        self._entries[name] = _Entry(session, options)
+        return session
 
     def _check_room(self) -> None:
-        if len(self._entries) >= self.config.max_sessions:
+        held = len(self._entries) + len(self._making)
+        if held >= self.config.max_sessions:
             raise SessionError(
-                f"already {len(self._entries)} sessions, the most allowed "
+                f"already {held} sessions (counting those being made), the most allowed "
                 "(kernelexec mcp --max-sessions); reuse one of list_sessions"
             )
 
-    def _add(self, name: str, options: SessionOptions, timeout: float | None = None) -> _Entry:
-        self._check_room()
+    def _session(
+        self, work_dir: Path, options: SessionOptions, timeout: float | None = None
+    ) -> AsyncSession:
         try:
-            session = AsyncSession(
-                self.config.work_root / name,
+            return AsyncSession(
+                work_dir,
                 kernel_name=self.config.kernel_name,
                 timeout=timeout or self.config.timeout,
                 **options.session_kwargs(self.config.policy, self.config.kernel_name),
             )
         except ConfigurationError as exc:
             raise SessionError(str(exc)) from None
+
+    def _add(self, name: str) -> _Entry:
+        """A session with no options, its kernel started by its first execution."""
+        self._check_room()
+        options = SessionOptions()
+        session = self._session(self.config.work_root / name, options)
         entry = self._entries[name] = _Entry(session, options)
         return entry
 
@@ -180,7 +240,7 @@ class Sessions:
     @contextlib.asynccontextmanager
     async def executing(self, name: str) -> AsyncIterator[AsyncSession]:
         """The session, counted as busy (and one execution more) meanwhile."""
-        session = self.get(name, create=True)
+        session = await self.ready(name, create=True)
         entry = self._entries[name]
         entry.busy += 1
         entry.executions += 1
@@ -207,6 +267,8 @@ class Sessions:
         ]
 
     async def close(self) -> None:
-        """Shuts every kernel down; work dirs and transcripts stay."""
+        """Shuts every kernel down, those being made too; work dirs and transcripts stay."""
+        self._closed = True
         entries, self._entries = list(self._entries.values()), {}
         await asyncio.gather(*(e.session.close() for e in entries), return_exceptions=True)
+        await self._making.close()

@@ -31,6 +31,7 @@ from .._backends import DockerBackend, GatewayBackend, KernelBackend
 from .._exceptions import ConfigurationError
 from .._models import Limits
 from .._session import AsyncSession
+from .._venv import ARCHIVES, check_packages
 
 __all__ = [
     "OPTION_FIELDS",
@@ -54,9 +55,17 @@ OPTION_FIELDS = (
     "gateway",
 )
 _VENV_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
-# A requirement as pip reads one: a name, extras, a version spec; no URL, path or option.
+# A requirement as pip reads one: a name, extras, a version spec; no URL, path or option,
+# and no name that pip would take for an archive's file name (x-1.0.zip, X.WHL).
 _SPEC = r"[<>=!~]=?[A-Za-z0-9.*+!-]+"
-_PACKAGE = rf"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?({_SPEC}(,{_SPEC})*)?$"
+_ARCHIVE = "|".join(
+    "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in suffix)
+    for suffix in ARCHIVES
+)
+_PACKAGE = (
+    rf"^(?![A-Za-z0-9._-]*({_ARCHIVE})([\[<>=!~]|$))"
+    rf"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?({_SPEC}(,{_SPEC})*)?$"
+)
 _PYTHON_VERSION = r"^3\.[0-9]{1,2}(\.[0-9]{1,2})?$"
 _NETWORK = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _MEMORY = re.compile(r"([0-9]{1,15})([bkmg]?)", re.IGNORECASE)
@@ -308,11 +317,16 @@ def _packages(value: Any, policy: SessionPolicy) -> tuple[str, ...]:
     for package in packages:
         if not re.fullmatch(_PACKAGE, package):
             raise _invalid(
-                f"package {package[:200]!r} is not a requirement such as 'rich' or "
-                "'pandas>=2.0' (no URLs, paths or pip options)"
+                f"package {package[:200]!r} is not a requirement for a package of the index "
+                "such as 'rich' or 'pandas>=2.0' (no paths, archives, URLs or pip options)"
             )
     if packages and not policy.packages:
         raise _refused("installing packages (packages)", "--allow-packages")
+    try:
+        # As pip parses them: what the pattern (the schema's too) cannot say.
+        packages = check_packages(packages)
+    except ConfigurationError as exc:
+        raise _invalid(str(exc)) from None
     if packages:
         _need_library("packages")
     return packages
