@@ -39,6 +39,9 @@ async def test_local_fork_checkpoint_and_restore(tmp_path: Path) -> None:
             assert refused.is_error and "no checkpoint" in texts(refused)
         taken = await call(client, "fork_session", session="a", new_name="b")
         assert taken.is_error and "exists" in texts(taken)
+        asked = await call(client, "fork_session", session="a", method="checkpoint")
+        report = json.loads(texts(asked))["fork_report"]
+        assert report["method"] == "checkpoint" and "method='checkpoint'" in report["reason"]
 
 
 async def test_remote_fork_checkpoint_and_restore(tmp_path: Path) -> None:
@@ -51,6 +54,8 @@ async def test_remote_fork_checkpoint_and_restore(tmp_path: Path) -> None:
             )
             assert forked["name"] == "f" and forked["fork_report"]["method"] == "process"
             assert texts(await call(client, "execute_code", code="y", session="f")) == "'made'\n"
+            asked = await call(client, "fork_session", session="a", method="checkpoint")
+            assert json.loads(texts(asked))["fork_report"]["method"] == "checkpoint"
             checkpoint = json.loads(texts(await call(client, "checkpoint_session", session="a")))
             assert checkpoint["variables"][0]["name"] == "y"
             restored = await call(client, "restore_session", checkpoint=checkpoint["id"])

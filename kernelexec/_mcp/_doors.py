@@ -31,6 +31,7 @@ from .._exceptions import (
     KernelStartError,
     ServerError,
 )
+from .._fork import ForkMethod
 from .._live import OutputListener
 from .._models import ExecutionResult
 from .._remote_models import CheckpointInfo, SessionInfo
@@ -113,7 +114,9 @@ class Door(Protocol):
         """One variable in detail; None if the namespace has none such."""
         ...
 
-    async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
+    async def fork(
+        self, name: str, new_name: str | None, method: ForkMethod = "auto"
+    ) -> dict[str, Any]:
         """A new session with a copy of the session's live state and files; it and its report."""
         ...
 
@@ -264,13 +267,15 @@ class LocalDoor:
             raise SessionError(f"cannot inspect {variable!r} in {name!r}: {exc}") from None
         return None if found is None else found.to_dict()
 
-    async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
+    async def fork(
+        self, name: str, new_name: str | None, method: ForkMethod = "auto"
+    ) -> dict[str, Any]:
         parent = await self.sessions.ready(name)
         options = self.sessions.options(name)
 
         async def forked(work_dir: Path) -> AsyncSession:
             try:
-                return await parent.fork(work_dir)
+                return await parent.fork(work_dir, method=method)
             except (ConfigurationError, KernelStartError) as exc:
                 raise SessionError(f"cannot fork {name!r}: {exc}") from None
 
@@ -514,8 +519,10 @@ class RemoteDoor:
             raise SessionError(str(exc)) from None
         return found
 
-    async def fork(self, name: str, new_name: str | None) -> dict[str, Any]:
-        made = await self._make(new_name, calls.fork(self._known(name), True), _made_id)
+    async def fork(
+        self, name: str, new_name: str | None, method: ForkMethod = "auto"
+    ) -> dict[str, Any]:
+        made = await self._make(new_name, calls.fork(self._known(name), True, method), _made_id)
         return _made(made.info.to_dict(), new_name or made.info.id, made)
 
     async def checkpoint(self, name: str) -> dict[str, Any]:

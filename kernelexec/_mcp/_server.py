@@ -17,6 +17,7 @@ from mcp.shared.uri_template import UriTemplate
 from mcp.types import CallToolResult, ContentBlock, ImageContent, ResourceLink, TextContent
 
 from .._client._base import session_options
+from .._fork import ForkMethod
 from .._models import ExecutionResult
 from ..integrations._blocks import one_per_output
 from ._doors import Door, LocalDoor
@@ -164,18 +165,24 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
         return f"Session {session!r} interrupted."
 
     @server.tool()
-    async def fork_session(session: str = "default", new_name: str | None = None) -> str:
+    async def fork_session(
+        session: str = "default", new_name: str | None = None, method: ForkMethod = "auto"
+    ) -> str:
         """Forks a session: a new session whose kernel has a copy of its live state.
 
         Every variable, import and definition, and a copy of the work dir's
         files; the two sessions diverge from then on. Use it to try two
         approaches from the same point. Waits for a running execution to end.
+        fork_report says how it was made and what did not come across.
 
         Args:
             session: the session to fork.
             new_name: the new session's name; default "<session>-fork-N".
+            method: "auto" forks the kernel's process unless it holds what a
+                fork breaks (a GPU in use, a live OpenMP pool), else
+                checkpoints and restores; "process" or "checkpoint" to choose.
         """
-        return json.dumps(await _tool(sessions.fork(session, new_name)), indent=1)
+        return json.dumps(await _tool(sessions.fork(session, new_name, method)), indent=1)
 
     @server.tool()
     async def checkpoint_session(session: str = "default") -> str:
