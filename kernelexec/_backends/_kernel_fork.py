@@ -18,6 +18,7 @@ from .._kernel.fork import ended
 __all__ = ["KernelFork", "PidfdProcess"]
 
 _STATUS_WAIT = 1.0  # seconds an ended fork's supervisor gets to have written its status
+_STATUS_BYTES = 32
 
 
 class PidfdProcess:
@@ -61,7 +62,9 @@ class KernelFork(PidfdProcess):
         deadline = time.monotonic() + _STATUS_WAIT
         while True:
             try:
-                return int(self._status_file.read_text().strip())
+                # An exit status is a few digits; the file is in reach of the kernel's code.
+                with self._status_file.open("rb") as file:
+                    return int(file.read(_STATUS_BYTES).strip())
             except (OSError, ValueError):
                 if time.monotonic() >= deadline:
                     # A supervisor ends without writing only when it is SIGKILLed.
