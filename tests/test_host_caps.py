@@ -139,6 +139,20 @@ async def test_a_forged_huge_reply_fails_the_execution_at_once(
         assert (after.status, after.text) == ("ok", "42\n")
 
 
+async def test_a_huge_input_request_gets_end_of_file_not_a_wait(
+    backend: KernelBackend | None, tmp_path: Path
+) -> None:
+    async with AsyncSession(tmp_path, backend=backend, limits=SMALL_CAP, timeout=120) as s:
+        started = time.monotonic()
+        # The prompt is the code's: 5 MB of it makes an input request over the cap.
+        result = await s.execute("name = input('P' * 5_000_000)", stdin=["ada"])
+        assert time.monotonic() - started < SOON  # not the 120 s timeout
+        assert result.status == "error" and result.error is not None, result
+        assert result.error.ename == "EOFError"
+        assert result.message is not None and "on its stdin channel" in result.message
+        assert (await s.execute("6 * 7")).text == "42\n"
+
+
 async def test_a_huge_control_reply_is_an_error_not_a_wait(tmp_path: Path) -> None:
     async with AsyncSession(tmp_path, limits=SMALL_CAP, timeout=60) as s:
         await s.execute(
