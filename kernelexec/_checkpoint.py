@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from . import _workdir
-from ._backends import KernelBackend
+from ._backends import DROPPED, KernelBackend
 from ._exceptions import CheckpointError, IncompatibleCheckpointError
 from ._kernel import BOOT_DIR
 
@@ -363,6 +363,11 @@ async def run_silently(backend: KernelBackend, code: str, *, timeout: float, wha
                 raise CheckpointError(f"the kernel died during {what} ({reason})")
             continue
         channel, msg = item
+        if channel == DROPPED and msg["content"]["channel"] in ("shell", None):
+            raise CheckpointError(
+                f"the kernel's reply to {what} may be lost: a message over the host's cap of "
+                f"{msg['content']['cap']:,} bytes (Limits.max_message_bytes) was dropped unread"
+            )
         if channel != "shell" or (msg.get("parent_header") or {}).get("msg_id") != msg_id:
             continue
         content = msg.get("content") or {}

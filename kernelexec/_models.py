@@ -167,6 +167,16 @@ class Limits:
             out (and written to ``outputs/NNNN-output.txt``). ``to_dict()``
             adds the stream copies (``stdout``, ``stderr``), ``text`` and
             ``error`` to it.
+        max_message_bytes: one message from the kernel as it reaches our
+            side (its frames together, JSON as sent and buffers), on every
+            channel of every backend. A bigger one is dropped unread, before
+            it is decoded or held whole, and the result says so: output may
+            be missing, and a message dropped on the shell channel (where the
+            reply comes) makes the execution an error. The caps above are the
+            kernel's, which the kernel's own code can take off; this one is
+            enforced by kernelexec's process. Keep it well above
+            ``max_result_bytes`` and ``max_code_chars`` (the kernel echoes the
+            code): an honest kernel's biggest messages carry those.
     """
 
     max_text_chars: int = 20_000
@@ -176,15 +186,20 @@ class Limits:
     max_output_bytes: int = 1_000_000
     max_image_bytes: int = 10_000_000
     max_result_bytes: int = 20_000_000
+    max_message_bytes: int = 64_000_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if getattr(self, f.name) < 1_000 and f.name != "max_outputs":
-                raise ValueError(f"Limits.{f.name} must be at least 1000")
-        if self.max_outputs < 1:
-            raise ValueError("Limits.max_outputs must be at least 1")
+            least = self.least(f.name)
+            if getattr(self, f.name) < least:
+                raise ValueError(f"Limits.{f.name} must be at least {least}")
         if self.max_result_bytes < self.max_output_bytes:
             raise ValueError("Limits.max_result_bytes must be at least Limits.max_output_bytes")
+
+    @staticmethod
+    def least(name: str) -> int:
+        """The lowest value the field ``name`` may take."""
+        return _LEAST.get(name, 1_000)
 
     def kernel_env(self) -> dict[str, str]:
         """The byte caps a kernel kernelexec boots reads from its environment.
@@ -201,3 +216,6 @@ class Limits:
 
 
 _KERNEL_CAPS = ("max_output_bytes", "max_image_bytes", "max_result_bytes")
+# Below these a kernel's ordinary work fails: one output; a kernel_info reply or
+# a 256 KB stream chunk dropped as over the message cap.
+_LEAST = {"max_outputs": 1, "max_message_bytes": 1_000_000}

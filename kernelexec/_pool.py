@@ -133,6 +133,10 @@ class KernelConfig:
         if caps:
             shown = ", ".join(k.removeprefix("KERNELEXEC_").lower() for k in caps)
             found.append(f"limits with other byte caps ({shown})")
+        # The host's cap is set on a kernel's sockets when they connect.
+        mine, theirs = self.limits.max_message_bytes, other.limits.max_message_bytes
+        if mine != theirs:
+            found.append(f"limits.max_message_bytes={mine:,} (the pool's: {theirs:,})")
         return found
 
 
@@ -335,6 +339,7 @@ class KernelPool:
             startup_timeout=self.startup_timeout,
             preload=self.config.preload,
             zygote=self._zygote,
+            max_message_bytes=self.config.limits.max_message_bytes,
         )
         try:
             await backend.start(cwd=self._home, env=self._env)

@@ -20,6 +20,7 @@ from ._kernel.caps import Capper, Caps, Cut
 from ._models import ExecutionError, Limits, Usage
 
 __all__ = [
+    "DROPPED_ERROR",
     "ExecutionReducer",
     "Folded",
     "cut_records",
@@ -40,6 +41,7 @@ _KEPT_CUTS = 1_000  # cuts listed (their files in the result's files); the rest 
 _USAGE_KEY = "kernelexec_usage"  # the execute_reply's metadata, from _kernel/usage.py
 _MAX_SECONDS = 1e9  # beyond any real execution: a kernel reporting more is not believed
 _MAX_BYTES = 1 << 60
+DROPPED_ERROR = "MessageDropped"  # the ename of an execution whose reply may be lost
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,11 @@ class ExecutionReducer:
     only the head and a rolling tail of the streams are kept, and once the
     streams outgrow ``limits.max_text_chars`` every chunk is also written to
     the sink that ``spill`` opens, so nothing printed is lost.
+
+    Messages the host dropped unread, over ``Limits.max_message_bytes``, are
+    noted through ``dropped`` (the result's message says what was lost); one
+    dropped on the shell channel, where the reply comes, makes the execution
+    an error: its reply may be the one lost, or forged.
 
     Displays, results and errors are cut to the byte caps as they arrive
     (``max_output_bytes``, ``max_image_bytes``), the same way our kernel cuts
@@ -122,6 +129,8 @@ class ExecutionReducer:
         self._rich_bytes = 0  # what the kept rich outputs take
         self._sizes: dict[int, int] = {}  # output index -> its bytes
         self._left_out = 0
+        self._drops: dict[str | None, list[int]] = {}  # channel -> [messages, biggest known size]
+        self._drop_cap = limits.max_message_bytes
         self._handlers: dict[str, Callable[[Message], None]] = {
             "status": self._on_status,
             "execute_input": self._on_execute_input,
@@ -156,6 +165,43 @@ class ExecutionReducer:
                 # A malformed message costs that message, never the execution.
                 self._bad += 1
         return True
+
+    def dropped(self, channel: str | None, *, cap: int, size: int | None, count: int) -> None:
+        """Notes ``count`` messages from ``channel`` (None: not known) dropped by the host.
+
+        Args:
+            channel: where they came, if the backend could tell.
+            cap: the host's cap they were over, in bytes.
+            size: the biggest one's bytes, if the backend knows it.
+            count: how many.
+        """
+        drop = self._drops.setdefault(channel, [0, 0])
+        drop[0] += count
+        drop[1] = max(drop[1], size or 0)
+        self._drop_cap = cap
+        if channel == "shell" and self.error is None:
+            self.error = ExecutionError(
+                DROPPED_ERROR,
+                f"a message from the kernel on its shell channel, where the reply to this code "
+                f"comes, was over {_over(cap)} and was dropped unread: the reply may be the "
+                "one lost, or forged, so how the code ended is not known",
+            )
+
+    def kernel_died(self) -> None:
+        """The kernel ended: its connections broke with it, and no message was dropped."""
+        self._drops.clear()
+        if self.error is not None and self.error.ename == DROPPED_ERROR:
+            self.error = None
+
+    def reply_lost(self) -> None:
+        """The kernel is done with this execution and its reply never came (dropped)."""
+        self.replied = True
+        if self.error is None:
+            self.error = ExecutionError(
+                DROPPED_ERROR,
+                f"the kernel finished this code but its reply never came: a message over "
+                f"{_over(self._drop_cap)} was dropped unread, so how the code ended is not known",
+            )
 
     def add_stream(self, name: str, text: str) -> None:
         """Append stream text that did not come from the kernel (an input echo)."""
@@ -320,7 +366,8 @@ class ExecutionReducer:
         return self._spill
 
     def _notes(self, cuts: list[Record]) -> list[str]:
-        notes = [f"{_describe_cut(r)}." for r in cuts[:_NOTED_CUTS]]
+        notes = [_describe_drop(c, n, size, self._drop_cap) for c, (n, size) in self._drops.items()]
+        notes += [f"{_describe_cut(r)}." for r in cuts[:_NOTED_CUTS]]
         more = len(cuts[_NOTED_CUTS:]) + self._more_cuts
         if more:
             notes.append(f"{more:,} more output parts were cut likewise.")
@@ -459,6 +506,24 @@ def usage_from(value: object) -> Usage | None:
     if not (type(children_peak) is int and 0 <= children_peak <= _MAX_BYTES):
         return None
     return Usage(**seconds, peak_rss_bytes=peak, children_max_rss_bytes=children_peak)
+
+
+def _over(cap: int) -> str:
+    return f"the host's cap of {cap:,} bytes a message (Limits.max_message_bytes)"
+
+
+def _describe_drop(channel: str | None, count: int, size: int, cap: int) -> str:
+    what = "A message" if count == 1 else f"{count:,} messages"
+    if size:
+        what += f" of {size:,} bytes" if count == 1 else f" (the biggest {size:,} bytes)"
+    where = f"on its {channel} channel" if channel else "(on a channel it did not say)"
+    done = f"{what} from the kernel {where} {'was' if count == 1 else 'were'} over {_over(cap)}"
+    done += " and dropped unread"
+    if channel == "shell":
+        return f"{done}: the reply to this code may be the one lost, so it counts as an error."
+    if channel == "stdin":
+        return f"{done}: an input request among them was answered with end of file (EOFError)."
+    return f"{done}: output sent then may be missing."
 
 
 def _describe_cut(record: Record) -> str:

@@ -3,6 +3,14 @@
 Every wait here is bounded: ``receive`` returns at least every ``POLL_SECONDS``
 so the deadline and the kernel's life are checked even when the kernel is
 silent, and the interrupt after a timeout gets a grace period, no more.
+
+A message over the host's cap never arrives: the backend drops it unread and
+says so with a "dropped" notice, and a ZMQ backend's socket is made again,
+which may lose what the kernel sent meanwhile: the idle status, or the reply.
+So after a drop a kernel_info request follows (the probe). The kernel answers
+shell requests in order, so the probe's reply says that this execution's reply
+has come or never will, and any IOPub message about the probe that its idle
+status has come or never will; the execution ends then, not at its timeout.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._backends import KernelBackend
+from ._backends import DROPPED, KernelBackend
 from ._live import LiveOutput, OutputListener
 from ._reducer import ExecutionReducer, live_output
 
@@ -57,8 +65,9 @@ async def run_code(
     within ``grace`` seconds the outcome asks for a restart. Cancellation is
     reported as the "cancelled" ending: the caller records it, then re-raises.
     """
+    sent = time.monotonic()
     msg_id = await backend.execute(source, allow_stdin=stdin is not None)
-    run = _Run(backend, reducer_factory(msg_id), deque(stdin or ()), on_output)
+    run = _Run(backend, reducer_factory(msg_id), deque(stdin or ()), on_output, sent)
     try:
         ending = await run.collect(time.monotonic() + timeout)
     except asyncio.CancelledError:
@@ -67,6 +76,8 @@ async def run_code(
     if ending == "deadline":
         await run.stop(grace)
         return Outcome(run.reducer, "timeout", run.unstoppable, run.notes)
+    if ending == "died":
+        run.reducer.kernel_died()
     return Outcome(run.reducer, ending, False, run.notes)
 
 
@@ -77,18 +88,23 @@ class _Run:
         reducer: ExecutionReducer,
         answers: deque[str],
         on_output: OutputListener | None,
+        sent: float,
     ) -> None:
         self.backend = backend
+        self.sent = sent  # when the request went: a drop seen before is not this execution's
         self.on_output = on_output
         self.reducer = reducer
         self.answers = answers
         self.notes: list[str] = []
         self.unstoppable = False
         self.ended_input = False  # a surplus input request was answered with end of file
+        self.probe: str | None = None  # the kernel_info request sent after a drop
+        self.probe_replied = False  # so this execution's reply has come or is lost
+        self.probe_heard = False  # on IOPub: so has its idle status
 
     async def collect(self, deadline: float) -> Ending:
         heard = time.monotonic()
-        while not self.reducer.done:
+        while not self._over():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "deadline"
@@ -96,19 +112,58 @@ class _Run:
             if item is None:
                 if not await self.backend.is_alive():
                     return "died"
-                if self.reducer.replied and time.monotonic() - heard > QUIET_AFTER_REPLY:
+                quiet = time.monotonic() - heard > QUIET_AFTER_REPLY
+                if quiet and self.reducer.replied:
                     self.notes.append(
                         "The kernel's final status message never came; some output may be missing."
                     )
                     return "done"
+                if quiet and self.reducer.idle and self.probe is not None:
+                    self.reducer.reply_lost()  # and the probe's reply was lost too
+                    return "done"
                 continue
             heard = time.monotonic()
             channel, msg = item
-            if channel == "stdin":
+            if channel == DROPPED:
+                await self._dropped(msg["content"])
+            elif self._about_probe(channel, msg):
+                pass
+            elif channel == "stdin":
                 await self._answer(msg)
             elif self.reducer.feed(msg) and self.on_output is not None:
                 self._show(msg)
+        if not self.reducer.replied:
+            self.reducer.reply_lost()
         return "done"
+
+    def _over(self) -> bool:
+        # The reply and the idle status came, or the probe says they never will.
+        reducer = self.reducer
+        return (reducer.replied or self.probe_replied) and (reducer.idle or self.probe_heard)
+
+    async def _dropped(self, notice: dict[str, Any]) -> None:
+        if notice["at"] < self.sent:
+            return  # between executions (a thread's output, a person's cell): nothing of ours
+        channel = notice.get("channel")
+        self.reducer.dropped(
+            channel, cap=notice["cap"], size=notice.get("bytes"), count=notice["count"]
+        )
+        if channel == "stdin":
+            # Likely an input request (a huge prompt): unanswered, the code
+            # would wait for its answer until the timeout. A kernel drops a
+            # stale answer before its next request.
+            await self.backend.send_input(END_OF_INPUT)
+        if self.probe is None:
+            self.probe = await self.backend.request_kernel_info()
+
+    def _about_probe(self, channel: str, msg: dict[str, Any]) -> bool:
+        if self.probe is None or (msg.get("parent_header") or {}).get("msg_id") != self.probe:
+            return False
+        if channel == "shell":
+            self.probe_replied = True
+        elif channel == "iopub":
+            self.probe_heard = True
+        return True
 
     async def stop(self, grace: float) -> None:
         """Interrupts the kernel and drains this execution's last messages."""

@@ -154,13 +154,9 @@ class AsyncSession:
         self._config = config
         self._zygote = zygote
         self._startup_timeout = startup_timeout
-        self._backend: KernelBackend = backend or LocalBackend(
-            kernel_name=config.kernel_name,
-            python=config.python,
-            startup_timeout=startup_timeout,
-            preload=config.preload,
-            zygote=zygote,
-        )
+        self._backend: KernelBackend = backend or self._local_backend(config.python)
+        # The host's own cap on every message the kernel sends, wherever it runs.
+        self._backend.max_message_bytes = config.limits.max_message_bytes
         # The kernel cuts outputs to the byte caps before sending them.
         self._env = kernel_env(config.kernel_env())
         self._pool = pool
@@ -819,12 +815,16 @@ class AsyncSession:
         python = await ensure_env(self._env_request)
         self._check_open()  # closed while the environment was being made
         self._env_request = None  # only once made: a failed build is tried again
-        self._backend = LocalBackend(
+        self._backend = self._local_backend(python)
+
+    def _local_backend(self, python: str | None) -> LocalBackend:
+        return LocalBackend(
             kernel_name=self._config.kernel_name,
             python=python,
             startup_timeout=self._startup_timeout,
             preload=self._config.preload,
             zygote=self._zygote,
+            max_message_bytes=self._config.limits.max_message_bytes,
         )
 
     async def _revive_if_dead(self) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import re
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +195,33 @@ def kernels_below(pid: int) -> set[int]:
     return found - zygotes
 
 
-__all__ = ["TOKEN", "ServerProcess", "descendants", "free_port", "jupyter_message", "signal"]
+def peak_mb(pid: int) -> float:
+    """``pid``'s peak resident memory (VmHWM), in MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+@contextlib.contextmanager
+def peak_growth(pid: int) -> Iterator[list[float]]:
+    """Yields a list that gets the growth of ``pid``'s peak RSS (MB) over the block."""
+    # Resetting the peak measures this block only, not a bigger one before it.
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    grown: list[float] = []
+    before = peak_mb(pid)
+    yield grown
+    grown.append(peak_mb(pid) - before)
+
+
+__all__ = [
+    "TOKEN",
+    "ServerProcess",
+    "descendants",
+    "free_port",
+    "jupyter_message",
+    "peak_growth",
+    "signal",
+]
 
 
 def raw_request(

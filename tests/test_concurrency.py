@@ -65,8 +65,10 @@ async def main():
         info = backend.connection_info()
         # Three sockets each, as a kernel's: 400 of them is 1,200 sockets (each
         # its own client of the kernel, with its own identity, as another kernel's would be).
+        key = info["key"].encode()
         held = [
-            KernelSockets(info, Session(key=info["key"].encode()), _context()) for _ in range(400)
+            KernelSockets(info, Session(key=key), _context(), max_message_bytes=64_000_000)
+            for _ in range(400)
         ]
         print((await session.execute("print('still answers')")).stdout.strip())
         for sockets in held:

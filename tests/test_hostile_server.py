@@ -28,7 +28,14 @@ import httpx2
 import jsonschema
 import pytest
 import websocket
-from _serverproc import ServerProcess, descendants, free_port, jupyter_message, kernels_below
+from _serverproc import (
+    ServerProcess,
+    descendants,
+    free_port,
+    jupyter_message,
+    kernels_below,
+    peak_growth,
+)
 from conftest import process_gone
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -85,23 +92,6 @@ def chunked(total: int, size: int = 256 * 1024) -> Iterator[bytes]:
     while sent < total:
         yield f"{size:x}\r\n".encode() + b" " * size + b"\r\n"
         sent += size
-
-
-def peak_mb(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmHWM:")[1].split()[0]) / 1024
-
-
-@contextlib.contextmanager
-def peak_growth(pid: int) -> Iterator[list[float]]:
-    """Yields a list that gets the growth of ``pid``'s peak RSS (MB) over the block."""
-    # Resetting the peak measures this block only, not a bigger one before it.
-    with contextlib.suppress(OSError):
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-    grown: list[float] = []
-    before = peak_mb(pid)
-    yield grown
-    grown.append(peak_mb(pid) - before)
 
 
 # -- item 6: every body limit applies to every route; a bad body is a 4xx

@@ -274,3 +274,41 @@ def test_a_flood_of_cuts_is_counted_past_a_thousand_not_listed() -> None:
     folded = reducer.finish()
     assert len(folded.saved_files) == 1_000 and folded.saved_files[-1] == "outputs/in2-d-999.txt"
     assert folded.notes[-1] == "1,005 more output parts were cut likewise."
+
+
+def test_dropped_messages_are_said_once_per_channel(recorded: Messages) -> None:
+    reducer = ExecutionReducer("REQUEST", limits=Limits())
+    reducer.dropped("iopub", cap=64_000_000, size=None, count=1)
+    reducer.dropped("iopub", cap=64_000_000, size=300_000_123, count=2)
+    for message in recorded["streams_and_result"]:
+        reducer.feed(message)
+    assert reducer.error is None  # output may be missing; the execution's outcome is known
+    notes = reducer.finish().notes
+    assert notes[0] == (
+        "3 messages (the biggest 300,000,123 bytes) from the kernel on its iopub channel were "
+        "over the host's cap of 64,000,000 bytes a message (Limits.max_message_bytes) and "
+        "dropped unread: output sent then may be missing."
+    )
+
+
+def test_a_drop_on_the_shell_channel_fails_the_execution(recorded: Messages) -> None:
+    reducer = ExecutionReducer("REQUEST", limits=Limits())
+    reducer.dropped("shell", cap=1_000_000, size=5_000_000, count=1)
+    for message in recorded["streams_and_result"]:  # an "ok" reply too: it may be forged
+        reducer.feed(message)
+    assert reducer.error is not None and reducer.error.ename == "MessageDropped"
+    assert "A message of 5,000,000 bytes" in reducer.finish().notes[0]
+
+
+def test_a_lost_reply_is_an_error_and_a_dead_kernel_drops_nothing() -> None:
+    reducer = ExecutionReducer("REQUEST", limits=Limits(max_message_bytes=2_000_000))
+    reducer.dropped(None, cap=2_000_000, size=None, count=1)
+    reducer.feed(msg("status", {"execution_state": "idle"}))
+    reducer.reply_lost()
+    assert reducer.done and reducer.error is not None
+    assert "its reply never came" in reducer.error.evalue
+    assert "(on a channel it did not say)" in reducer.finish().notes[0]
+    died = ExecutionReducer("REQUEST", limits=Limits())
+    died.dropped("shell", cap=64_000_000, size=None, count=1)
+    died.kernel_died()  # its sockets broke because it ended
+    assert died.error is None and died.finish().notes == []

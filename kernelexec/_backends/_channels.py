@@ -14,6 +14,9 @@ A shell request is remembered until the kernel's first message about it (its
 "busy" status, sent at once by an idle kernel); one sent before a reconnect
 and still unanswered ``RESEND_AFTER`` seconds after it (the server's replay
 comes at once) is sent again, so a blip costs seconds, not the execution.
+
+A message over the host's cap is drained unread by the reader (``_frames.py``)
+and queued as a "dropped" notice in its place; the socket stays up.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import websocket
 
 from . import _wire
 from ._base import KernelMessage
+from ._caps import dropped_notice
+from ._frames import CappedReader, Oversized
 
 __all__ = ["KernelChannels", "OpenFailed"]
 
@@ -61,6 +66,8 @@ class KernelChannels:
         reconnect_for: seconds to keep trying to re-open a dropped socket.
         on_gone: called (in the reader thread) when the socket cannot be
             re-opened; its argument says why.
+        max_message_bytes: the host's cap on one message from the kernel; a
+            bigger one is drained unread and a "dropped" notice takes its place.
     """
 
     def __init__(
@@ -72,8 +79,10 @@ class KernelChannels:
         ping_timeout: float,
         reconnect_for: float,
         on_gone: Callable[[str], None],
+        max_message_bytes: int,
     ) -> None:
         self.url = url
+        self.max_message_bytes = max_message_bytes
         self.headers = headers
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
@@ -85,6 +94,7 @@ class KernelChannels:
         self._subprotocols = [_wire.SUBPROTOCOL]
         self.last_heard = time.monotonic()
         self._ws: websocket.WebSocket | None = None
+        self._reader: CappedReader | None = None  # the current socket's
         self._lock = threading.Lock()  # guards _ws swaps, not sends
         self._closed = threading.Event()
         self._up = threading.Event()
@@ -178,7 +188,7 @@ class KernelChannels:
             if self._closed.is_set():
                 ws.close()
                 return
-            self._ws = ws
+            self._ws, self._reader = ws, CappedReader(ws, self.max_message_bytes)
             self.v1 = ws.getsubprotocol() == _wire.SUBPROTOCOL
             self._connection += 1
         self.last_heard = time.monotonic()
@@ -232,8 +242,8 @@ class KernelChannels:
         pinged: float | None = None
         while not self._closed.is_set():
             with self._lock:
-                ws = self._ws
-            if ws is None:
+                ws, reader = self._ws, self._reader
+            if ws is None or reader is None:
                 if not self._reconnect():
                     return
                 pinged = None
@@ -250,11 +260,16 @@ class KernelChannels:
                         ws.ping()
                         pinged = time.monotonic()
                     continue
-                opcode, data = ws.recv_data(control_frame=True)
+                got = reader.receive(v1=self.v1)
             except (websocket.WebSocketException, OSError, ValueError):
                 self._lost(ws)
                 continue
             self.last_heard, pinged = time.monotonic(), None
+            if isinstance(got, Oversized):
+                notice = dropped_notice(got.channel, self.max_message_bytes, got.size)
+                self._put(notice)
+                continue
+            opcode, data = got
             if opcode == websocket.ABNF.OPCODE_CLOSE:
                 self._lost(ws)
             elif opcode in (websocket.ABNF.OPCODE_TEXT, websocket.ABNF.OPCODE_BINARY):
@@ -267,6 +282,9 @@ class KernelChannels:
             return  # not a kernel message; nothing to do with it
         if self._unanswered:
             self._unanswered.pop(str(item[1]["parent_header"].get("msg_id")), None)
+        self._put(item)
+
+    def _put(self, item: KernelMessage) -> None:
         if self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
@@ -274,7 +292,7 @@ class KernelChannels:
     def _lost(self, ws: websocket.WebSocket) -> None:
         with self._lock:
             if self._ws is ws:
-                self._ws = None
+                self._ws = self._reader = None
                 self._up.clear()
         with contextlib.suppress(Exception):
             ws.close(timeout=0)

@@ -36,10 +36,10 @@ from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
 from .._kernel import BOOT_DIR
 from .._venv import check_packages
+from ._caps import read_tail
 from ._docker_engine import docker, engine_problem
 from ._image import build_image, image_tag, last_built_tag
-from ._local import LocalBackend, _context, _describe_exit
-from ._zmq import KernelSockets
+from ._local import LocalBackend, _describe_exit
 
 __all__ = ["DockerBackend", "cleanup_containers", "owner_label"]
 
@@ -49,6 +49,7 @@ _BOOT_DIR_IN_CONTAINER = "/opt/kernelexec"
 _BOOT_IN_CONTAINER = f"{_BOOT_DIR_IN_CONTAINER}/boot.py"
 _PYTHON_IN_CONTAINER = "/opt/venv/bin/python"
 _LIVE: set[DockerBackend] = set()  # removed at interpreter exit if still running
+_LOG_TAIL = 4000  # bytes of a failed container's log a start-up error quotes
 
 
 class DockerBackend(LocalBackend):
@@ -324,7 +325,7 @@ class DockerBackend(LocalBackend):
         info = self._info
         assert info is not None, "_write_connection_file first"
         session = Session(key=info["key"].encode(), signature_scheme=info["signature_scheme"])
-        self._channels = KernelSockets(info, session, _context())
+        self._channels = self._sockets(info, session)
 
     async def _how_it_ended(self) -> str:
         if self.container is None:
@@ -343,14 +344,17 @@ class DockerBackend(LocalBackend):
     def _start_failure(self) -> str:
         logs = ""
         if self.container is not None:
-            proc = subprocess.run(
-                ["docker", "logs", "--tail", "30", self.container],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-            logs = (proc.stdout + proc.stderr).strip()
+            # Through a file, of which only the tail is read: the lines are the
+            # kernel's, as long as it made them.
+            with tempfile.TemporaryFile() as out:
+                subprocess.run(
+                    ["docker", "logs", "--tail", "30", self.container],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=30,
+                    check=False,
+                )
+                logs = read_tail(out, _LOG_TAIL).decode("utf-8", "replace").strip()
         return f"the kernel container exited during start-up ({self._ended or 'cause unknown'})" + (
             f"; it said:\n{logs}" if logs else ""
         )

@@ -23,6 +23,7 @@ from typing import Any
 
 from .._environment import remote_env
 from .._exceptions import KernelStartError
+from .._models import Limits
 from .._secrecy import protect_process
 from . import _wire
 from ._base import KernelMessage
@@ -61,6 +62,8 @@ class GatewayBackend:
         ping_interval: seconds of WebSocket silence before a keepalive ping.
         reconnect_for: seconds to keep trying to re-open a dropped WebSocket
             before the kernel counts as lost.
+        max_message_bytes: the host's cap on one message from the kernel
+            (``Limits.max_message_bytes``; a session sets its own).
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class GatewayBackend:
         request_timeout: float = 30.0,
         ping_interval: float = 20.0,
         reconnect_for: float = 15.0,
+        max_message_bytes: int = Limits.max_message_bytes,
     ) -> None:
         # What fresh() makes another of; taken first, before any local is added.
         self._given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -84,6 +88,7 @@ class GatewayBackend:
         self.startup_timeout = startup_timeout
         self.ping_interval = ping_interval
         self.reconnect_for = reconnect_for
+        self.max_message_bytes = max_message_bytes
         self.kernel_id: str | None = None
         self._session = uuid.uuid4().hex
         self._channels: KernelChannels | None = None
@@ -137,6 +142,9 @@ class GatewayBackend:
             "stop_on_error": False,
         }
         return await self._send("shell", "execute_request", content)
+
+    async def request_kernel_info(self) -> str:
+        return await self._send("shell", "kernel_info_request", {})
 
     async def receive(self, timeout: float) -> KernelMessage | None:
         channels = self._channels
@@ -240,6 +248,7 @@ class GatewayBackend:
             ping_timeout=self.ping_interval,
             reconnect_for=self.reconnect_for,
             on_gone=self._on_socket_gone,
+            max_message_bytes=self.max_message_bytes,
         )
         try:
             await channels.open()
@@ -269,15 +278,12 @@ class GatewayBackend:
         assert self._channels is not None
         channels = self._channels
 
-        async def ask() -> str:
-            return await self._send("shell", "kernel_info_request", {})
-
         async def check() -> None:
             if self._gone is not None:
                 raise KernelStartError(f"the kernel on {self.url} did not start: {self._gone}")
 
         if await await_kernel_info(
-            ask=ask,
+            ask=self.request_kernel_info,
             receive=channels.receive,
             check=check,
             timeout=self.startup_timeout,

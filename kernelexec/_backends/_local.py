@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,8 +27,10 @@ from .._kernel import BOOT_SCRIPT, NO_IPYKERNEL
 from .._kernel.fork import REPLY as FORK_REPLY
 from .._kernel.fork import REQUEST as FORK_REQUEST
 from .._kernel.guard import end_tree, release
+from .._models import Limits
 from .._secrecy import protect_process
 from ._base import KernelMessage
+from ._caps import read_tail
 from ._fork_witness import ForkWitness
 from ._kernel_fork import ForkHazard, KernelFork, PidfdProcess, ProcessFork
 from ._ready import await_kernel_info
@@ -43,6 +45,10 @@ _PORT_TAKEN = "Address already in use"
 _PORT_ATTEMPTS = 3
 _SHUTDOWN_WAIT = 1.0  # seconds a kernel gets to stop when asked, before it is killed
 _MOVE_FAILED = 86  # the exit status of a kernel that could not enter its work dir
+_STDERR_TAIL = 2000  # bytes of a kernel's stderr a start-up failure quotes
+# Sockets that only send (a shutdown request): whatever comes back is never
+# read, so libzmq may hold no more than this of it.
+_QUIET_CAP = 64 * 1024
 _MOVE = """\
 import os as _k
 try:
@@ -71,6 +77,9 @@ def _context() -> zmq.asyncio.Context:
         # each): a server holding more failed with "Too many open files".
         # Set before the first socket; the open-files limit still applies.
         _CONTEXT.set(zmq.MAX_SOCKETS, _CONTEXT.get(zmq.SOCKET_LIMIT))
+        # For the sockets jupyter_client makes in it (a shutdown request's
+        # control socket): ours set the session's cap themselves.
+        _CONTEXT.setsockopt(zmq.MAXMSGSIZE, _QUIET_CAP)
     return _CONTEXT
 
 
@@ -111,6 +120,8 @@ class LocalBackend:
             preload's modules once (Linux, kernelexec's own boot script only);
             None: unless ``KERNELEXEC_ZYGOTE=0``. A configuration's first
             kernel starts the usual way while its zygote starts.
+        max_message_bytes: the host's cap on one message from the kernel
+            (``Limits.max_message_bytes``; a session sets its own).
     """
 
     def __init__(
@@ -121,12 +132,14 @@ class LocalBackend:
         startup_timeout: float = 60.0,
         preload: str | None = None,
         zygote: bool | None = None,
+        max_message_bytes: int = Limits.max_message_bytes,
     ) -> None:
         self.kernel_name = kernel_name
         self.python = python
         self.startup_timeout = startup_timeout
         self.preload = preload
         self.zygote = zygote
+        self.max_message_bytes = max_message_bytes
         self.forked = False  # the running kernel came from a zygote
         self._km: AsyncKernelManager | None = None
         self._info: dict[str, Any] | None = None  # a forked kernel's connection info
@@ -149,6 +162,7 @@ class LocalBackend:
             startup_timeout=self.startup_timeout,
             preload=self.preload,
             zygote=self.zygote,
+            max_message_bytes=self.max_message_bytes,
         )
 
     async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
@@ -207,7 +221,7 @@ class LocalBackend:
         self._pgid = getattr(km.provisioner, "pgid", None)
         self._process = getattr(km.provisioner, "process", None)
         _LIVE.add(self)
-        self._channels = KernelSockets(km.get_connection_info(), km.session, _context())
+        self._channels = self._sockets(km.get_connection_info(), km.session)
         await self._started()
 
     async def _started(self) -> None:
@@ -238,6 +252,10 @@ class LocalBackend:
 
     async def execute(self, code: str, *, allow_stdin: bool) -> str:
         return self._send_execute(code, allow_stdin=allow_stdin, silent=False)
+
+    async def request_kernel_info(self) -> str:
+        assert self._channels is not None, "start() first"
+        return self._channels.send("shell", "kernel_info_request", {})
 
     async def receive(self, timeout: float) -> KernelMessage | None:
         if self._channels is None:
@@ -361,7 +379,7 @@ class LocalBackend:
         _LIVE.add(self)
         key = str(self._info["key"]).encode("ascii")
         session = Session(key=key, signature_scheme="hmac-sha256")
-        self._channels = KernelSockets(self._info, session, _context())
+        self._channels = self._sockets(self._info, session)
 
     async def fork(self, *, cwd: Path, env: dict[str, str], force: bool = False) -> ProcessFork:
         """A new backend whose kernel is a fork of this one's: its Python state, copy-on-write.
@@ -508,7 +526,14 @@ class LocalBackend:
                 "which answers this request; use the default kernel (or python=)"
             )
         return await ask_control(
-            info, channels.session, _context(), msg_type, content, reply, timeout
+            info,
+            channels.session,
+            _context(),
+            msg_type,
+            content,
+            reply,
+            timeout,
+            max_message_bytes=self.max_message_bytes,
         )
 
     async def _ask(
@@ -542,6 +567,7 @@ class LocalBackend:
         sock: zmq.Socket[bytes] = zmq.Socket(_context(), zmq.DEALER)
         try:
             sock.linger = 0
+            sock.maxmsgsize = _QUIET_CAP
             sock.connect(f"ipc://{info['ip']}-{info['control_port']}")
             channels.session.send(sock, "shutdown_request", {"restart": False})
             deadline = time.monotonic() + _SHUTDOWN_WAIT
@@ -551,6 +577,9 @@ class LocalBackend:
             pass
         finally:
             sock.close()
+
+    def _sockets(self, info: Mapping[str, Any], session: Session) -> KernelSockets:
+        return KernelSockets(info, session, _context(), max_message_bytes=self.max_message_bytes)
 
     def _manager(self) -> AsyncKernelManager:
         if self.python is None and self.kernel_name != "python3":
@@ -591,15 +620,12 @@ class LocalBackend:
         channels = self._channels
         assert channels is not None
 
-        async def ask() -> str:
-            return channels.send("shell", "kernel_info_request", {})
-
         async def check() -> None:
             if not await self.is_alive():
                 raise KernelStartError(self._start_failure())
 
         if await await_kernel_info(
-            ask=ask,
+            ask=self.request_kernel_info,
             receive=self.receive,
             check=check,
             timeout=self.startup_timeout,
@@ -646,10 +672,7 @@ class LocalBackend:
             )
         stderr = ""
         if self._stderr is not None:
-            # The end only: the kernel's code may have written gigabytes there.
-            self._stderr.seek(0, os.SEEK_END)
-            self._stderr.seek(max(0, self._stderr.tell() - 2000))
-            stderr = self._stderr.read(2000).decode("utf-8", "replace").strip()
+            stderr = read_tail(self._stderr, _STDERR_TAIL).decode("utf-8", "replace").strip()
         return f"the kernel exited during start-up ({self.exit_reason()})" + (
             f"; it said:\n{stderr}" if stderr else ""
         )

@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._exceptions import ConfigurationError, KernelStartError
+from ._caps import read_at_most
 
 __all__ = ["GatewayREST", "Reply"]
+
+# A gateway's answers are a kernel's model or the kernelspecs, kilobytes: one
+# past this is not read, whatever the server in front of the kernels is.
+MAX_ANSWER_BYTES = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -109,13 +114,15 @@ class GatewayREST:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return Reply(response.status, _parse(response.read()))
+                return Reply(response.status, _parse(read_at_most(response, MAX_ANSWER_BYTES)))
         except urllib.error.HTTPError as exc:
             with exc:
-                return Reply(exc.code, _parse(exc.read()))
+                return Reply(exc.code, _parse(read_at_most(exc, MAX_ANSWER_BYTES)))
 
 
-def _parse(raw: bytes) -> Any:
+def _parse(raw: bytes | None) -> Any:
+    if raw is None:
+        return f"[an answer over {MAX_ANSWER_BYTES:,} bytes, not read]"
     if not raw:
         return None
     try:

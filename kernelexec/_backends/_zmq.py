@@ -15,6 +15,13 @@ has bound its end; until its handshake is done the kernel drops what it sends
 there (IOPub for a subscriber it has not heard of, stdin for a peer it does
 not know). A monitor on each socket reports the handshake, so ``connected``
 can say when nothing the kernel sends can be lost any more.
+
+Every socket refuses a frame over the host's cap (``ZMQ_MAXMSGSIZE``, see
+``_caps.py``) unread. libzmq then breaks the connection as a protocol error
+and never reconnects it; the same monitor reports the disconnection, and the
+socket is made again (what it had taken before is kept, in order) with a
+"dropped" notice queued after it. Messages the kernel sent while the new
+socket connects may be lost (an IOPub status, a reply): ``_run.py`` knows.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import hmac
 import itertools
 import json
 import logging
+import struct
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, cast
@@ -32,7 +41,9 @@ from typing import Any, cast
 import zmq
 from jupyter_client.session import DELIM, Session
 
+from .._exceptions import KernelexecError
 from ._base import KernelMessage
+from ._caps import DROPPED, dropped_notice
 
 __all__ = ["KernelSockets", "ask_control"]
 
@@ -44,14 +55,17 @@ log = logging.getLogger("kernelexec")
 _RECEIVE_QUEUE = 64
 # Plain ints: pyzmq's enum flags make every bitwise test a slow Python call.
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
+_RCVMORE = int(zmq.RCVMORE)
 _DELIM = DELIM.encode() if isinstance(DELIM, str) else DELIM
 # The monitor event that says a peer is known at the other end (libzmq 4.3
 # made it stable); before the handshake, a connected socket is not yet routable.
 _HANDSHAKE = int(
     zmq.EVENT_HANDSHAKE_SUCCEEDED if zmq.zmq_version_info() >= (4, 3) else zmq.EVENT_CONNECTED
 )
+_DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
 _RECONNECT_MS = 5
 _MONITORS = itertools.count()  # each monitor's inproc address must be unique in the context
+_KINDS = {"iopub": zmq.SUB, "shell": zmq.DEALER, "stdin": zmq.DEALER}
 
 
 class KernelSockets:
@@ -61,36 +75,30 @@ class KernelSockets:
         info: the kernel's connection info (transport, ip, the three ports).
         session: signs what is sent and checks what is received.
         context: the zmq context to make the sockets in.
+        max_message_bytes: the host's cap on one message from the kernel; a
+            bigger one is dropped unread and a "dropped" notice takes its place.
     """
 
     def __init__(
-        self, info: Mapping[str, Any], session: Session, context: zmq.Context[Any]
+        self,
+        info: Mapping[str, Any],
+        session: Session,
+        context: zmq.Context[Any],
+        *,
+        max_message_bytes: int,
     ) -> None:
         self.session = session
+        self.max_message_bytes = max_message_bytes
+        self._info = info
+        self._context = context
         self._loop = asyncio.get_running_loop()
         self._pending: deque[KernelMessage] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._sockets: dict[str, zmq.Socket[bytes]] = {}
-        # channel -> the monitor that waits for its handshake, until it is done
-        self._handshaking: dict[str, zmq.Socket[bytes]] = {}
-        for channel, kind in (("iopub", zmq.SUB), ("shell", zmq.DEALER), ("stdin", zmq.DEALER)):
-            # zmq.Socket, not context.socket(): a plain socket even in an asyncio context.
-            sock: zmq.Socket[bytes] = zmq.Socket(context, kind)
-            sock.linger = 1000
-            sock.rcvhwm = _RECEIVE_QUEUE  # a context's defaults reach only context.socket()
-            # Connected before the kernel has bound its end, a socket tries
-            # again every reconnect_ivl: 100 ms by default, most of a forked
-            # kernel's start. Over Unix sockets or loopback a try costs little.
-            sock.reconnect_ivl = _RECONNECT_MS
-            if kind == zmq.SUB:
-                sock.setsockopt(zmq.SUBSCRIBE, b"")
-            else:
-                # The kernel routes an input request to the stdin socket with the shell's identity.
-                sock.setsockopt(zmq.IDENTITY, session.bsession)
-            self._sockets[channel] = sock
-            self._watch_handshake(channel, context)  # before connect(), or it could be missed
-            sock.connect(_url(info, channel))
-            self._loop.add_reader(sock.fileno(), self._on_readable, sock)
+        self._monitors: dict[str, zmq.Socket[bytes]] = {}  # channel -> its socket's monitor
+        self._handshaking: set[str] = set()  # channels whose handshake is not done yet
+        for channel in _KINDS:
+            self._open(channel)
 
     def send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
         """Sends a message on "shell" or "stdin"; returns its msg_id."""
@@ -105,10 +113,10 @@ class KernelSockets:
         status that proves a kernel ready, or an input request (lost, the
         code would wait for its answer forever).
         """
-        self._note_handshakes()
+        self._note_events()
         if self._handshaking and self._sockets and timeout > 0:
             await self._wait(timeout)
-            self._note_handshakes()
+            self._note_events()
         return not self._handshaking and bool(self._sockets)
 
     async def receive(self, timeout: float) -> KernelMessage | None:
@@ -126,19 +134,16 @@ class KernelSockets:
 
     def close(self) -> None:
         """Closes the sockets; a pending ``receive`` returns None."""
-        for channel in list(self._handshaking):
-            self._end_watch(channel)
-        sockets, self._sockets = self._sockets, {}
-        for sock in sockets.values():
-            self._loop.remove_reader(sock.fileno())
-            sock.close()
+        for channel in list(self._sockets):
+            self._close(channel)
         if self._waiter is not None:
             _wake(self._waiter)
 
     # -- internals
 
     async def _wait(self, timeout: float) -> None:
-        # Until a socket may have a message, a handshake is done, or the timeout.
+        # Until a socket may have a message, a handshake is done, a notice is
+        # queued, or the timeout.
         waiter = self._waiter = self._loop.create_future()
         timer = self._loop.call_later(timeout, _wake, waiter)
         try:
@@ -147,27 +152,88 @@ class KernelSockets:
             timer.cancel()
             self._waiter = None
 
-    def _watch_handshake(self, channel: str, context: zmq.Context[Any]) -> None:
-        address = f"inproc://kernelexec-handshake-{next(_MONITORS)}"
-        self._sockets[channel].monitor(address, _HANDSHAKE)
-        monitor: zmq.Socket[bytes] = zmq.Socket(context, zmq.PAIR)
-        monitor.connect(address)
-        self._handshaking[channel] = monitor
-        self._loop.add_reader(monitor.fileno(), self._note_handshakes)
+    def _open(self, channel: str) -> None:
+        kind = _KINDS[channel]
+        # zmq.Socket, not context.socket(): a plain socket even in an asyncio context.
+        sock: zmq.Socket[bytes] = zmq.Socket(self._context, kind)
+        sock.linger = 1000
+        sock.rcvhwm = _RECEIVE_QUEUE  # a context's defaults reach only context.socket()
+        # libzmq reads a frame's length before the frame, and drops a bigger
+        # one without allocating it.
+        sock.maxmsgsize = self.max_message_bytes
+        # Connected before the kernel has bound its end, a socket tries
+        # again every reconnect_ivl: 100 ms by default, most of a forked
+        # kernel's start. Over Unix sockets or loopback a try costs little.
+        sock.reconnect_ivl = _RECONNECT_MS
+        if kind == zmq.SUB:
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+        else:
+            # The kernel routes an input request to the stdin socket with the shell's identity.
+            sock.setsockopt(zmq.IDENTITY, self.session.bsession)
+        self._sockets[channel] = sock
+        self._handshaking.add(channel)
+        self._watch(channel)  # before connect(), or the handshake could be missed
+        sock.connect(_url(self._info, channel))
+        self._loop.add_reader(sock.fileno(), self._on_readable, sock)
 
-    def _note_handshakes(self) -> None:
-        # The monitors report only the handshake, so any event is the one.
-        for channel, monitor in list(self._handshaking.items()):
-            if _readable(monitor):
-                self._end_watch(channel)
-        if not self._handshaking and self._waiter is not None:
+    def _watch(self, channel: str) -> None:
+        # For the socket's life: after its handshake, a disconnection is the
+        # kernel breaking the connection (a frame over the cap, a protocol error).
+        address = f"inproc://kernelexec-monitor-{next(_MONITORS)}"
+        self._sockets[channel].monitor(address, _HANDSHAKE | _DISCONNECTED)
+        monitor: zmq.Socket[bytes] = zmq.Socket(self._context, zmq.PAIR)
+        monitor.connect(address)
+        self._monitors[channel] = monitor
+        self._loop.add_reader(monitor.fileno(), self._note_events)
+
+    def _note_events(self) -> None:
+        noticed = False
+        for channel, monitor in list(self._monitors.items()):
+            broke = False
+            while not broke and _readable(monitor):
+                event = _event(monitor.recv_multipart(_NOBLOCK))
+                if event == _HANDSHAKE:
+                    self._handshaking.discard(channel)
+                elif event == _DISCONNECTED and channel not in self._handshaking:
+                    broke = True
+            if broke:
+                self._reopen(channel)
+                noticed = True
+        if self._waiter is not None and (noticed or not self._handshaking):
             _wake(self._waiter)
 
-    def _end_watch(self, channel: str) -> None:
-        monitor = self._handshaking.pop(channel)
+    def _reopen(self, channel: str) -> None:
+        old = self._sockets[channel]
+        while _readable(old):  # what came before the dropped message, in order
+            self._take_from(channel, old)
+        self._close(channel)
+        self._open(channel)
+        self._notice(channel, None)
+        # A new socket's descriptor signals only once ZMQ_EVENTS has been read
+        # (libzmq wakes a reader that has looked and found nothing): look.
+        self._loop.call_soon(self._note_events)
+        self._loop.call_soon(self._on_readable, self._sockets[channel])
+
+    def _close(self, channel: str) -> None:
+        sock, monitor = self._sockets.pop(channel), self._monitors.pop(channel)
+        self._handshaking.discard(channel)
         self._loop.remove_reader(monitor.fileno())
-        self._sockets[channel].disable_monitor()
+        self._loop.remove_reader(sock.fileno())
+        sock.disable_monitor()
         monitor.close(linger=0)
+        sock.close()
+
+    def _notice(self, channel: str, size: int | None) -> None:
+        # A flood of drops stays one notice (a count) while nobody reads.
+        last = self._pending[-1] if self._pending else None
+        if last is not None and last[0] == DROPPED and last[1]["content"]["channel"] == channel:
+            content = last[1]["content"]
+            content["count"] += 1
+            content["at"] = time.monotonic()
+            if size is not None:
+                content["bytes"] = max(size, content["bytes"] or 0)
+        else:
+            self._pending.append(dropped_notice(channel, self.max_message_bytes, size))
 
     def _on_readable(self, sock: zmq.Socket[bytes]) -> None:
         if not sock.closed and _readable(sock) and self._waiter is not None:
@@ -178,9 +244,16 @@ class KernelSockets:
         # receive limit pushes back on the kernel, not in this deque.
         for channel, sock in self._sockets.items():
             if _readable(sock):
-                msg = self._decode(sock.recv_multipart(_NOBLOCK))
-                if msg is not None:
-                    self._pending.append((channel, msg))
+                self._take_from(channel, sock)
+
+    def _take_from(self, channel: str, sock: zmq.Socket[bytes]) -> None:
+        parts = _receive(sock, self.max_message_bytes)
+        if isinstance(parts, int):
+            self._notice(channel, parts)
+            return
+        msg = self._decode(parts)
+        if msg is not None:
+            self._pending.append((channel, msg))
 
     def _decode(self, parts: list[bytes]) -> dict[str, Any] | None:
         try:
@@ -221,6 +294,8 @@ async def ask_control(
     content: dict[str, Any],
     reply: str,
     timeout: float,
+    *,
+    max_message_bytes: int,
 ) -> dict[str, Any] | None:
     """Sends a request on the kernel's control channel; its reply's content, or None.
 
@@ -230,19 +305,30 @@ async def ask_control(
     ipykernel 7 serves control on a thread of its own, so the reply comes while
     a cell runs. None after ``timeout`` s (a kernel that does not know the
     request never replies to it).
+
+    Raises:
+        KernelexecError: the kernel broke the connection instead of replying:
+            a message over ``max_message_bytes`` (dropped unread), or it closed.
     """
     sock: zmq.Socket[bytes] = zmq.Socket(context, zmq.DEALER)
-    loop = asyncio.get_running_loop()
-    arrived = loop.create_future()
     sock.linger = 0
     sock.reconnect_ivl = _RECONNECT_MS
-    fd = sock.fileno()
+    sock.maxmsgsize = max_message_bytes
+    sock.rcvhwm = _RECEIVE_QUEUE
+    address = f"inproc://kernelexec-monitor-{next(_MONITORS)}"
+    sock.monitor(address, _HANDSHAKE | _DISCONNECTED)
+    monitor: zmq.Socket[bytes] = zmq.Socket(context, zmq.PAIR)
+    monitor.connect(address)
+    loop = asyncio.get_running_loop()
+    arrived = loop.create_future()
+    handshaken = False
 
     def wake() -> None:
         if not arrived.done():
             arrived.set_result(None)
 
-    loop.add_reader(fd, wake)
+    loop.add_reader(sock.fileno(), wake)
+    loop.add_reader(monitor.fileno(), wake)
     try:
         sock.connect(_url(info, "control"))
         msg = session.msg(msg_type, content)
@@ -250,19 +336,32 @@ async def ask_control(
         deadline = loop.time() + timeout
         while True:
             while _readable(sock):
-                got = _reply_to(session, sock.recv_multipart(_NOBLOCK), msg, reply)
+                parts = _receive(sock, max_message_bytes)
+                got = None if isinstance(parts, int) else _reply_to(session, parts, msg, reply)
                 if got is not None:
                     return got
+            while _readable(monitor):
+                event = _event(monitor.recv_multipart(_NOBLOCK))
+                if event == _DISCONNECTED and handshaken:
+                    raise KernelexecError(
+                        f"the kernel broke the connection instead of answering {msg_type}: "
+                        f"a message over the host's cap of {max_message_bytes:,} bytes "
+                        "(Limits.max_message_bytes) was dropped unread, or the kernel closed"
+                    )
+                handshaken = handshaken or event == _HANDSHAKE
             left = deadline - loop.time()
             if left <= 0:
                 return None
             arrived = loop.create_future()
-            if _readable(sock):  # reading ZMQ_EVENTS re-armed the descriptor: look again
+            if _readable(sock) or _readable(monitor):  # reading ZMQ_EVENTS re-armed them
                 continue
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(arrived), left)
     finally:
-        loop.remove_reader(fd)
+        loop.remove_reader(monitor.fileno())
+        loop.remove_reader(sock.fileno())
+        sock.disable_monitor()
+        monitor.close(linger=0)
         sock.close()
 
 
@@ -288,6 +387,29 @@ def _url(info: Mapping[str, Any], channel: str) -> str:
     if info.get("transport", "tcp") == "ipc":
         return f"ipc://{info['ip']}-{port}"
     return f"tcp://{info['ip']}:{port}"
+
+
+def _receive(sock: zmq.Socket[bytes], cap: int) -> list[bytes] | int:
+    """The next message's frames; its size instead if they are over ``cap`` together.
+
+    Frame by frame, so no more than ``cap`` and one frame (which libzmq keeps
+    under the cap) are copied out of ZMQ for a message that is not kept.
+    """
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        part = sock.recv(_NOBLOCK)
+        size += len(part)
+        if size <= cap:
+            parts.append(part)
+        if not sock.getsockopt(_RCVMORE):
+            return parts if size <= cap else size
+
+
+def _event(message: list[bytes]) -> int:
+    """A monitor message's event id (libzmq: a 16-bit id, then a 32-bit value)."""
+    event: int = struct.unpack("=Hi", message[0][:6])[0]
+    return event
 
 
 def _readable(sock: zmq.Socket[bytes]) -> bool:

@@ -40,6 +40,7 @@ from typing import IO, Any
 from .._environment import zygote_enabled
 from .._kernel import ZYGOTE_SCRIPT
 from .._kernel.guard import end_tree
+from ._caps import read_tail
 from ._kernel_fork import PidfdProcess
 
 __all__ = ["ForkedKernel", "Zygote", "zygote_for"]
@@ -225,8 +226,7 @@ class Zygote:
 
     def _said(self) -> str:
         try:
-            self._stderr.seek(0)
-            text = self._stderr.read()[-1000:].decode("utf-8", "replace").strip()
+            text = read_tail(self._stderr, 1000).decode("utf-8", "replace").strip()
         except (OSError, ValueError):
             return ""
         return f": {text}" if text else ""

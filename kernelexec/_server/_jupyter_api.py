@@ -20,6 +20,11 @@ and so asks to shut down every kernel it used, exits. The kernels JupyterLab
 started itself (POST /api/kernels, a new notebook's) are its to shut down, and
 it does as it exits; one left behind by a JupyterLab that was killed is culled
 when idle like any session.
+
+The bridge's sockets take the session's cap on one kernel message
+(``Limits.max_message_bytes``): libzmq drops a bigger one unread and breaks
+that socket's connection, and the bridge then closes the WebSocket (1009,
+"message too big"), which the client opens again on fresh sockets.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.connect import KernelConnectionInfo
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, WebSocketRoute
@@ -51,6 +57,8 @@ __all__ = ["JUPYTER_ROUTES"]
 _CHANNELS = ("shell", "iopub", "stdin", "control")
 _REQUEST_CHANNELS = frozenset({"shell", "stdin", "control"})  # iopub only goes to clients
 _NUDGE_SECONDS = 10.0  # then bridge anyway: a kernel that silent has bigger problems
+_MESSAGE_TOO_BIG = 1009  # the WebSocket close code
+_CONTEXT: zmq.asyncio.Context | None = None  # the bridges' own: its default sockopts are theirs
 
 
 def _registry(request: Request | WebSocket) -> Any:
@@ -184,13 +192,24 @@ async def channels(websocket: WebSocket) -> None:
         await websocket.close(code=1011, reason="this session's kernel has no local connection")
         return
     await websocket.accept()
-    client = AsyncKernelClient(context=zmq.asyncio.Context.instance())
-    client.load_connection_info(info)
-    client.start_channels(shell=True, iopub=True, stdin=True, control=True, hb=False)
+    client = _client(info, entry.session.limits.max_message_bytes)
     try:
         await _bridge(websocket, client, entry, await _nudge(client))
     finally:
         client.stop_channels()
+
+
+def _client(info: KernelConnectionInfo, cap: int) -> AsyncKernelClient:
+    """A client of the kernel whose sockets drop a message over ``cap`` unread."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = zmq.asyncio.Context()
+    # Read by context.socket(), which start_channels calls below, before any await.
+    _CONTEXT.setsockopt(zmq.MAXMSGSIZE, cap)
+    client = AsyncKernelClient(context=_CONTEXT)
+    client.load_connection_info(info)
+    client.start_channels(shell=True, iopub=True, stdin=True, control=True, hb=False)
+    return client
 
 
 async def _nudge(client: AsyncKernelClient) -> set[str]:
@@ -276,19 +295,31 @@ async def _bridge(
 
     async def to_browser() -> None:
         poller = zmq.asyncio.Poller()
-        for socket in sockets.values():
+        for socket in [*sockets.values(), *monitors]:
             poller.register(socket, zmq.POLLIN)
         while True:
             ready = dict(await poller.poll())
+            if any(monitor in ready for monitor in monitors):
+                # A message over the cap was dropped, and libzmq never reconnects after it.
+                why = f"a kernel message over {entry.session.limits.max_message_bytes:,} bytes"
+                with contextlib.suppress(RuntimeError):
+                    await websocket.close(code=_MESSAGE_TOO_BIG, reason=why)
+                return
             for channel, socket in sockets.items():
                 if socket not in ready:
                     continue
                 parts = await socket.recv_multipart()
-                _, parts = client.session.feed_identities(parts)
-                msg = client.session.deserialize(parts)
+                try:
+                    _, parts = client.session.feed_identities(parts)
+                    msg = client.session.deserialize(parts)
+                except Exception:
+                    continue  # unsigned or malformed: the kernel's to send, not ours to pass on
                 if msg["parent_header"].get("msg_id") in ours:
                     continue
                 await websocket.send_text(json_frame(channel, msg))
+
+    # After its handshake, a socket's disconnection is the kernel breaking it.
+    monitors = [s.get_monitor_socket(zmq.EVENT_DISCONNECTED) for s in sockets.values()]
 
     tasks = [asyncio.ensure_future(to_kernel()), asyncio.ensure_future(to_browser())]
     try:
@@ -299,6 +330,10 @@ async def _bridge(
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+        for socket in sockets.values():
+            socket.disable_monitor()
+        for monitor in monitors:
+            monitor.close(linger=0)
 
 
 _KERNEL = "/api/kernels/{kernel_id}"

@@ -395,7 +395,7 @@ def _limits(value: Any, caps: Limits) -> Limits | None:
 
 
 def _limit_range(name: str, caps: Limits) -> tuple[int, int]:
-    return (1 if name == "max_outputs" else 1000), int(getattr(caps, name))
+    return Limits.least(name), int(getattr(caps, name))
 
 
 def _docker(value: Any, policy: SessionPolicy) -> dict[str, Any] | None:
