@@ -202,17 +202,7 @@ def _begin_transcript(child: AsyncSession, parent: AsyncSession, report: ForkRep
     if report.left_behind:
         text += "\n\nNot carried over: " + "; ".join(report.left_behind) + "."
     child._transcript.add(note_cell(text, kernelexec={"fork": report.to_dict()}))
-    for cell in _cells_of(parent.notebook_path):
+    for cell in parent._transcript.cells_on_disk():
         child._transcript.add(cell)
     child._transcript.add(note_cell("**The fork's own cells** begin here."))
     child._seq = max(child._seq, parent._seq)
-
-
-def _cells_of(path: Path) -> list[dict[str, Any]]:
-    import nbformat  # here: it imports jsonschema, most of a second nobody else pays for
-
-    try:
-        notebook = nbformat.read(str(path), as_version=4)
-    except (OSError, ValueError):
-        return []
-    return [dict(cell) for cell in notebook.cells]

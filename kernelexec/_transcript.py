@@ -34,7 +34,12 @@ from typing import Any
 from . import _telemetry, _workdir
 from ._models import Usage
 
-__all__ = ["Transcript", "code_cell", "note_cell", "session_note"]
+__all__ = ["MAX_TRANSCRIPT_BYTES", "Transcript", "code_cell", "note_cell", "session_note"]
+
+# A transcript read back (to be continued, or copied into a fork) is at most
+# this big; a bigger file in its place was not written by a session's cells
+# (their outputs are capped) and is moved aside rather than read into memory.
+MAX_TRANSCRIPT_BYTES = 1 << 30
 
 log = logging.getLogger("kernelexec")
 
@@ -184,18 +189,27 @@ class Transcript:
             f' "nbformat": {NBFORMAT},\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'
         ).encode()
 
+    def cells_on_disk(self) -> list[dict[str, Any]]:
+        """The cells the file holds now (none if it cannot be read); nothing is moved or kept."""
+        try:
+            folder = _workdir.open_folder(self._root, self._folder)
+        except OSError:
+            return []
+        try:
+            return self._load(folder)[0]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        finally:
+            os.close(folder)
+
     def _read_cells(self, folder: int) -> list[dict[str, Any]]:
         """The cells of the notebook on disk (none if there is none); its metadata is kept.
 
-        A file that is not a notebook (a link included: it is never followed)
-        is moved aside.
+        A file that is not a notebook (a link included: it is never followed),
+        or one too big to be this session's, is moved aside.
         """
         try:
-            with _workdir.open_in(folder, self._name, self._shown) as file:
-                notebook = json.loads(file.read().decode("utf-8"))
-            cells = notebook["cells"]
-            if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
-                raise TypeError("cells is not a list of cells")
+            cells, metadata = self._load(folder)
         except _workdir.Refused as exc:
             if exc.reason == "missing":
                 return []
@@ -204,8 +218,22 @@ class Transcript:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self._move_aside(folder, exc)
             return []
-        self._metadata = {**_METADATA, **(notebook.get("metadata") or {})}
+        self._metadata = {**_METADATA, **metadata}
         return cells
+
+    def _load(self, folder: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        # The kernel's code can write this file: it is read to a bound, never through a link.
+        with _workdir.open_in(folder, self._name, self._shown) as file:
+            if os.fstat(file.fileno()).st_size > MAX_TRANSCRIPT_BYTES:
+                raise ValueError(f"over {MAX_TRANSCRIPT_BYTES:,} bytes")
+            data = file.read(MAX_TRANSCRIPT_BYTES + 1)  # and if it grows meanwhile
+        if len(data) > MAX_TRANSCRIPT_BYTES:
+            raise ValueError(f"over {MAX_TRANSCRIPT_BYTES:,} bytes")
+        notebook = json.loads(data.decode("utf-8"))
+        cells = notebook["cells"]
+        if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+            raise TypeError("cells is not a list of cells")
+        return cells, notebook.get("metadata") or {}
 
     def _move_aside(self, folder: int, why: Exception) -> None:
         aside = f"{self._name}.broken-{int(time.time())}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import stat
 from pathlib import Path
 
 import nbformat
@@ -154,3 +156,50 @@ async def test_a_transcript_broken_during_a_session_is_moved_aside(tmp_path: Pat
     nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
     nbformat.validate(nb)
     assert [c.outputs[0]["text"] for c in nb.cells] == ["two\n"]
+
+
+async def test_a_giant_transcript_planted_by_the_kernel_is_never_read_into_memory(
+    tmp_path: Path,
+) -> None:
+    from conftest import rss_mb
+
+    from kernelexec._transcript import MAX_TRANSCRIPT_BYTES
+
+    async with AsyncSession(tmp_path / "work") as s:
+        await s.execute("print('one')")
+        await s.flush()
+        # The kernel replaces its transcript with a sparse file past the bound.
+        planted = await s.execute(
+            f"import os; os.truncate('transcript.ipynb', {MAX_TRANSCRIPT_BYTES * 4})"
+        )
+        assert planted.status == "ok"
+        before = rss_mb()
+        await s.execute("print('two')")
+        await s.flush()
+        assert rss_mb() - before < 200
+    [aside] = (tmp_path / "work").glob("transcript.ipynb.broken-*")
+    assert aside.stat().st_size == MAX_TRANSCRIPT_BYTES * 4
+    nb = nbformat.read(tmp_path / "work" / "transcript.ipynb", as_version=4)
+    assert [c.source for c in nb.cells][-1] == "print('two')"
+    assert nb.cells[-1].outputs[0]["text"] == "two\n"
+
+
+async def test_a_fork_of_a_kernel_that_made_its_transcript_a_pipe_does_not_hang(
+    tmp_path: Path,
+) -> None:
+    async with AsyncSession(tmp_path / "parent") as parent:
+        await parent.execute("x = 1")
+        # Planted after the session's last write, by a thread of the kernel's.
+        plant = (
+            "import os, threading, time\n"
+            "def plant():\n"
+            "    time.sleep(1)\n"
+            "    os.remove('transcript.ipynb'); os.mkfifo('transcript.ipynb')\n"
+            "threading.Thread(target=plant).start()\n"
+        )
+        await parent.execute(plant)
+        await parent.flush()
+        await asyncio.sleep(3)
+        assert stat.S_ISFIFO((tmp_path / "parent" / "transcript.ipynb").lstat().st_mode)
+        async with await parent.fork(tmp_path / "child") as child:
+            assert (await child.execute("print(x)")).stdout == "1\n"
