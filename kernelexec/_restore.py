@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _checkpoint
+from . import _checkpoint, _disk
 from ._checkpoint import Checkpoint, RestoreReport
 from ._exceptions import CheckpointError
 from ._transcript import note_cell
@@ -69,6 +69,14 @@ async def restart_keeping_state(session: AsyncSession) -> RestoreReport:
     folder = Path(tempfile.mkdtemp(prefix="kernelexec-keep-"))
     try:
         saved = await session._checkpoint_now(folder, False, 300.0, 30.0)
+        # Before the restart: a restore with no room to stage its files would lose the state.
+        _disk.check(
+            saved.size,
+            session.work_dir,
+            budget=None,
+            what="staging the state to keep across the restart",
+            setting="",
+        )
         await session._backend.restart()
         try:
             report = await _checkpoint.load_into(

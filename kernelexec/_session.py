@@ -18,7 +18,13 @@ from typing import Any, Literal, overload
 from . import _checkpoint, _telemetry, _workdir
 from ._assemble import assemble, check_code, full_output_path
 from ._backends import DockerBackend, KernelBackend, LocalBackend
-from ._background import Execution, ExecutionCancelled, mark_started, run_in_background
+from ._background import (
+    Execution,
+    ExecutionCancelled,
+    ExecutionStore,
+    mark_started,
+    run_in_background,
+)
 from ._checkpoint import Checkpoint, RestoreReport
 from ._environment import kernel_env
 from ._exceptions import CheckpointError, ConfigurationError, SessionClosedError
@@ -173,6 +179,8 @@ class AsyncSession:
         self._transcript = Transcript(self.notebook_path, work_dir=self.work_dir)
         self._seq = self._transcript.code_cells
         self._lock = asyncio.Lock()
+        # Background executions not yet ended, bounded (finished ones are the caller's).
+        self._queue = ExecutionStore(keep=0)
         self._kernel_up = False
         self._restarting: asyncio.Task[None] | None = None
         self._running = False
@@ -316,22 +324,32 @@ class AsyncSession:
                 them. The result still holds everything.
             background: return an ``Execution`` at once instead, running
                 on its own (see ``kernelexec.Execution``): wait for it, read
-                its outputs from any offset, cancel it.
+                its outputs from any offset, cancel it. A session holds at
+                most 32 background executions not yet ended, with at most
+                64 Mi characters of code together.
 
         Raises:
             SessionClosedError: the session was closed.
             KernelStartError: no kernel could be started for it.
+            QueueFullError: ``background`` and the session's queue is full;
+                nothing was queued.
         """
         self._check_open()
         if background:
-            return run_in_background(
-                self.execute,
-                code,
-                language=language,
-                on_output=on_output,
-                timeout=timeout,
-                stdin=stdin,
-            )
+            held = self._queue.reserve(len(code))
+            try:
+                execution = run_in_background(
+                    self.execute,
+                    code,
+                    language=language,
+                    on_output=on_output,
+                    timeout=timeout,
+                    stdin=stdin,
+                )
+            except BaseException:
+                held.release()
+                raise
+            return self._queue.add(execution, held)
         normalized = normalize_language(language)
         text, refused = check_code(code, language, normalized, self.limits)
         async with self._lock:
@@ -443,6 +461,7 @@ class AsyncSession:
         files: bool = True,
         timeout: float = 300.0,
         variable_timeout: float = 30.0,
+        max_bytes: int | None = None,
     ) -> Checkpoint:
         """Saves the kernel's variables, imports and work-dir files to a directory.
 
@@ -456,8 +475,13 @@ class AsyncSession:
             timeout: seconds for the whole checkpoint; the kernel is interrupted after.
             variable_timeout: seconds one variable may take to pickle (a
                 ``__reduce__`` that hangs is stopped and reported).
+            max_bytes: the most the checkpoint may hold (variables, and files
+                at their apparent sizes); None: what the disk has free,
+                less a reserve. Either way it is refused before it is written.
 
         Raises:
+            DiskSpaceError: it would hold more than ``max_bytes``, or than
+                the disk has room for; nothing is kept.
             CheckpointError: the checkpoint could not be made (the kernel has
                 no cloudpickle, died or took too long; ``path`` not empty).
             SessionClosedError: the session was closed.
@@ -467,7 +491,9 @@ class AsyncSession:
             await self._ensure_kernel()
             if not await self._backend.is_alive():
                 raise CheckpointError("the kernel has died; there is no state to checkpoint")
-            return await self._checkpoint_now(path, files, timeout, variable_timeout)
+            return await self._checkpoint_now(
+                path, files, timeout, variable_timeout, max_bytes=max_bytes
+            )
 
     @classmethod
     async def restore(
@@ -509,7 +535,13 @@ class AsyncSession:
             options=options,
         )
 
-    async def fork(self, work_dir: str | Path | None = None, *, wait: bool = True) -> AsyncSession:
+    async def fork(
+        self,
+        work_dir: str | Path | None = None,
+        *,
+        wait: bool = True,
+        max_bytes: int | None = None,
+    ) -> AsyncSession:
         """A new, independent session holding a copy of this one's live state.
 
         A local kernel is forked as a process: the new kernel starts with
@@ -526,13 +558,18 @@ class AsyncSession:
         Args:
             work_dir: the fork's work dir (not this session's).
             wait: wait for a running execution to end; False raises instead.
+            max_bytes: the most the copy of the files may hold, by their
+                apparent sizes (a sparse file counts at its full length,
+                though it is copied sparsely); None: what the disk has free,
+                less a reserve.
 
         Raises:
             SessionBusyError: ``wait=False`` and an execution is running.
+            DiskSpaceError: the files would not fit; nothing was forked.
             KernelStartError: the kernel could not be forked or restored.
             CheckpointError: the checkpoint a non-local backend needs failed.
         """
-        return await fork_session(self, work_dir, wait=wait)
+        return await fork_session(self, work_dir, wait=wait, max_bytes=max_bytes)
 
     async def variables(self) -> list[Variable]:
         """The user namespace's variables, briefly, without running a cell.
@@ -620,7 +657,13 @@ class AsyncSession:
         return "/workspace" if isinstance(self._backend, DockerBackend) else str(self.work_dir)
 
     async def _checkpoint_now(
-        self, path: str | Path | None, files: bool, timeout: float, variable_timeout: float
+        self,
+        path: str | Path | None,
+        files: bool,
+        timeout: float,
+        variable_timeout: float,
+        *,
+        max_bytes: int | None = None,
     ) -> Checkpoint:
         return await _checkpoint.take(
             self._backend,
@@ -632,6 +675,7 @@ class AsyncSession:
             files=files,
             timeout=timeout,
             variable_timeout=variable_timeout,
+            max_bytes=max_bytes,
         )
 
     async def _restart_keeping_state(self) -> RestoreReport:
