@@ -32,7 +32,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
@@ -388,12 +388,17 @@ def write(root: Path, relative: str, data: bytes) -> str | None:
     Raises:
         OSError: the work dir cannot take it (gone, full, or not writable).
     """
+    return _write_whole(root, relative, lambda fd: write_all(fd, data))
+
+
+def _write_whole(root: Path, relative: str, fill: Callable[[int], object]) -> str | None:
+    """Makes one of kernelexec's own files under a temp name, ``fill``s it, puts it in place."""
     parts = parts_of(relative)
     folder, notes = own_folder(root, parts)
     try:
         temp, fd = temp_file(folder)
         try:
-            write_all(fd, data)
+            fill(fd)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=folder)
@@ -464,21 +469,9 @@ def copy(
                 f"{relative!r} is {size:,} bytes long, more than the {max_bytes:,} left in "
                 "the budget; nothing was written"
             )
-        parts = parts_of(target or relative)
-        folder, _ = own_folder(target_root, parts)
-        try:
-            temp, fd = temp_file(folder)
-            try:
-                copy_data(source.fileno(), fd, size)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp, dir_fd=folder)
-                raise
-            finally:
-                os.close(fd)
-            put_in_place(folder, temp, parts[-1], "/".join(parts))
-        finally:
-            os.close(folder)
+        _write_whole(
+            target_root, target or relative, lambda fd: copy_data(source.fileno(), fd, size)
+        )
     return size
 
 
