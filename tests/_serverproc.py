@@ -18,6 +18,26 @@ from typing import Any
 import httpx
 
 TOKEN = "test-token-0123456789"
+# A class whose pickling takes ``seconds``: a checkpoint (or a suspend) of ``Slow(60)``
+# is under way for a minute, long enough to act in the middle of it.
+SLOW = (
+    "import time\n"
+    "class Slow:\n"
+    "    def __init__(self, seconds): self.seconds = seconds\n"
+    "    def __reduce__(self):\n"
+    "        time.sleep(self.seconds)\n"
+    "        return (Slow, (0,))\n"
+)
+
+
+def wait_for(condition: Any, seconds: float = 90) -> bool:
+    """Polls ``condition`` until it holds (True) or ``seconds`` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def free_port() -> int:
@@ -117,6 +137,11 @@ class ServerProcess:
         result: dict[str, Any] = response.json()
         return result
 
+    def state(self, session_id: str) -> dict[str, Any]:
+        """``GET /sessions/{id}``: the session as the server describes it."""
+        found: dict[str, Any] = self.http.get(f"/sessions/{session_id}").json()
+        return found
+
     def kernel_pid(self, session_id: str) -> int:
         return int(self.execute(session_id, "import os; print(os.getpid())")["stdout"])
 
@@ -192,7 +217,16 @@ def kernels_below(pid: int) -> set[int]:
     return found - zygotes
 
 
-__all__ = ["TOKEN", "ServerProcess", "descendants", "free_port", "jupyter_message", "signal"]
+__all__ = [
+    "SLOW",
+    "TOKEN",
+    "ServerProcess",
+    "descendants",
+    "free_port",
+    "jupyter_message",
+    "signal",
+    "wait_for",
+]
 
 
 def raw_request(
