@@ -327,6 +327,7 @@ class _Target:
 
     def __init__(self, root: Path, prefix: list[str], path: Path) -> None:
         self.root, self.prefix, self.path = root, prefix, path
+        self.made = False  # the folder itself is ours to remove if the checkpoint fails
 
     @classmethod
     def make(cls, work_dir: Path, path: str | Path | None) -> _Target:
@@ -334,6 +335,7 @@ class _Target:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             path = work_dir / DEFAULT_FOLDER / f"{stamp}-{secrets.token_hex(3)}"
         target = Path(path).expanduser().absolute()
+        existed = os.path.lexists(target)
         relative = os.path.normpath(os.path.relpath(target, work_dir))
         if relative == "." or relative.startswith(".."):
             if relative == ".":
@@ -355,6 +357,7 @@ class _Target:
                 )
         finally:
             os.close(fd)
+        self.made = not existed
         return self
 
     def folder(self, parts: list[str]) -> int:
@@ -369,7 +372,7 @@ class _Target:
 
     def discard(self) -> None:
         """Removes what a checkpoint writes here (never anything else), and the folder
-        itself if it is then empty."""
+        itself if the checkpoint made it."""
         try:
             fd = _workdir.open_folder(self.root, self.prefix)
         except OSError:
@@ -382,8 +385,9 @@ class _Target:
                     os.unlink(name, dir_fd=fd)
         finally:
             os.close(fd)
-        with contextlib.suppress(OSError):
-            self.path.rmdir()
+        if self.made:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
 
 
 def _call(function: str, *args: Any) -> str:

@@ -27,6 +27,7 @@ from .._exceptions import (
     CheckpointError,
     ConfigurationError,
     DiskSpaceError,
+    KernelexecError,
     KernelStartError,
     SessionClosedError,
 )
@@ -112,16 +113,16 @@ async def suspend(registry: Registry, entry: Entry) -> None:
                 return
             try:
                 checkpoint_id, saved = await registry.make_checkpoint(entry, files=False)
-            except (DiskSpaceError, CheckpointError, ApiError) as exc:
+            except SessionClosedError:
+                return
+            except (KernelexecError, ApiError) as exc:
                 if entry.busy or entry.deleted or registry.closing:
                     return
                 message = getattr(exc, "message", None) or str(exc)
                 if isinstance(exc, CheckpointError) and not exc.transient:
-                    await cull(registry, entry, message)
+                    await cull(registry, entry, message)  # it will never be checkpointed
                 else:
-                    keep_running(registry, entry, message)
-                return
-            except SessionClosedError:
+                    keep_running(registry, entry, message)  # a full disk, a timeout, ...
                 return
             held_back = left_behind(saved)
             if entry.busy or entry.deleted or registry.closing or held_back:
