@@ -21,10 +21,10 @@ work dir (pause overnight, clean up, restore elsewhere) and the kernel keeps
 changing the files after it is made. Links in the work dir are never followed
 (``_workdir``), earlier checkpoints under ``checkpoints/`` are left out.
 
-Restoring reverses it: the files go into the new work dir, the variable files
-into a staging folder there, and the kernel loads them, first refusing a
-checkpoint made by another Python (major.minor) or with other versions of the
-packages whose objects it holds.
+Restoring (``_restore``) reverses it: the files go into the new work dir, the
+variable files into a staging folder there, and the kernel loads them, first
+refusing a checkpoint made by another Python (major.minor) or with other
+versions of the packages whose objects it holds.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from . import _disk, _workdir
 from ._backends import KernelBackend
-from ._exceptions import CheckpointError, DiskSpaceError, IncompatibleCheckpointError
+from ._exceptions import CheckpointError, DiskSpaceError
 from ._kernel import BOOT_DIR
 
 __all__ = [
@@ -54,9 +54,10 @@ __all__ = [
     "CheckpointVariable",
     "RestoreReport",
     "SkippedVariable",
-    "copy_files_out",
-    "load_into",
+    "kernel_call",
     "note",
+    "read_json",
+    "run_silently",
     "take",
 ]
 
@@ -286,7 +287,7 @@ async def take(
         options = {"variable_timeout": variable_timeout, "max_bytes": budget}
         await run_silently(
             backend,
-            _call("dump", f"{kernel_dir}/{staging}", options),
+            kernel_call("dump", f"{kernel_dir}/{staging}", options),
             timeout=timeout,
             what="the checkpoint",
         )
@@ -390,7 +391,7 @@ class _Target:
                 self.path.rmdir()
 
 
-def _call(function: str, *args: Any) -> str:
+def kernel_call(function: str, *args: Any) -> str:
     """Code that runs the kernel-side module's ``function`` and binds no name."""
     return (
         "(lambda ns: (exec(compile(ns.pop('source'), '<kernelexec checkpoint>', 'exec'), ns), "
@@ -485,7 +486,7 @@ def _collect(
         ) from exc
     held = 0
     try:
-        report = _read_json(folder, "report.json", "the kernel's report")
+        report = read_json(folder, "report.json", "the kernel's report")
         _check_report(report)
         into = target.folder(["vars"])
         try:
@@ -638,147 +639,10 @@ def _manifest(
     }
 
 
-# -- restoring
-
-
-def copy_files_out(checkpoint: Checkpoint, work_dir: Path) -> int:
-    """Copies the checkpoint's ``files/`` into ``work_dir`` (same names replaced); how many.
-
-    Refused before anything is written when the files, and the variable files
-    the restore stages next, would not fit on the work dir's disk.
-
-    Raises:
-        DiskSpaceError: they would not fit (or the disk filled up meanwhile).
-    """
-    folder = checkpoint.path / "files"
-    listing = _workdir.list_tree(folder, max_files=1_000_000).files if folder.is_dir() else []
-    _disk.check(
-        sum(e.size for e in listing) + checkpoint.size,
-        work_dir,
-        budget=None,
-        what=f"restoring checkpoint {checkpoint.path.name} ({len(listing)} files and "
-        f"{len(checkpoint.variables)} variables)",
-        setting="",
-    )
-    count = 0
-    try:
-        for entry in listing:
-            _workdir.copy(folder, entry.path, work_dir)
-            count += 1
-    except OSError as exc:
-        if _disk.is_full(exc):
-            raise _disk.full(exc, "copying the checkpoint's files") from None
-        raise
-    return count
-
-
-async def load_into(
-    backend: KernelBackend,
-    checkpoint: Checkpoint,
-    *,
-    work_dir: Path,
-    kernel_dir: str,
-    on_mismatch: Literal["refuse", "skip"],
-    timeout: float,
-    variable_timeout: float,
-    files: int = 0,
-) -> RestoreReport:
-    """Loads a checkpoint's variables and modules into the running kernel.
-
-    Raises:
-        IncompatibleCheckpointError: another Python, or (``on_mismatch="refuse"``)
-            other versions of its packages; nothing was loaded.
-        CheckpointError: a variable file is damaged or missing, or the kernel
-            failed, died or took longer than ``timeout``.
-    """
-    staging = f".kernelexec-restore-{secrets.token_hex(8)}"
-    manifest = checkpoint.manifest
-    try:
-        await asyncio.to_thread(_stage, checkpoint, work_dir, staging)
-        kernel_manifest = {
-            "python": manifest["python"],
-            "packages": manifest["packages"],
-            "modules": manifest["modules"],
-            "execution_count": manifest["execution_count"],
-            "variables": [
-                {**v, "file": v["file"].rsplit("/", 1)[-1].removesuffix(".pkl")}
-                for v in manifest["variables"]
-            ],
-        }
-        options = {
-            "on_mismatch": on_mismatch,
-            "variable_timeout": variable_timeout,
-            "execution_count": True,
-        }
-        await run_silently(
-            backend,
-            _call("load", f"{kernel_dir}/{staging}", kernel_manifest, options),
-            timeout=timeout,
-            what="the restore",
-        )
-        folder = _workdir.open_folder(work_dir, [staging])
-        try:
-            report = _read_json(folder, "report.json", "the kernel's restore report")
-        finally:
-            os.close(folder)
-    finally:
-        await asyncio.to_thread(_workdir.remove_tree, work_dir / staging)
-    try:
-        refused = report["refused"]
-        skipped = [SkippedVariable(**s) for s in report["skipped"]]
-        restored, modules = list(report["restored"]), list(report["modules"])
-    except (KeyError, TypeError) as exc:
-        raise CheckpointError(f"the kernel's restore report is not readable ({exc})") from exc
-    if refused:
-        raise IncompatibleCheckpointError(f"cannot restore {checkpoint.path}: {refused}")
-    return RestoreReport(
-        checkpoint=str(checkpoint.path),
-        restored=restored,
-        modules=modules,
-        skipped=[*checkpoint.skipped, *skipped],
-        files=files,
-    )
-
-
-def _stage(checkpoint: Checkpoint, work_dir: Path, staging: str) -> None:
-    """Copies the variable files into a new staging folder of ``work_dir``.
-
-    Raises:
-        DiskSpaceError: they would not fit there (nothing is written), or
-            the disk filled up meanwhile.
-    """
-    _disk.check(
-        checkpoint.size,
-        work_dir,
-        budget=None,
-        what=f"staging the {len(checkpoint.variables)} variables of checkpoint "
-        f"{checkpoint.path.name} for the kernel",
-        setting="",
-    )
-    for variable in checkpoint.variables:
-        for name in (variable.file, variable.buffers_file):
-            try:
-                source = _workdir.open_read(checkpoint.path, name)
-            except OSError as exc:
-                raise CheckpointError(
-                    f"checkpoint {checkpoint.path} is damaged: {name} ({variable.name}): {exc}"
-                ) from exc
-            try:
-                with source:
-                    out, _ = _workdir.create(work_dir, f"{staging}/{name.rsplit('/', 1)[-1]}")
-                    with out:
-                        size = os.fstat(source.fileno()).st_size
-                        _workdir.copy_data(source.fileno(), out.fileno(), size)
-            except OSError as exc:
-                if _disk.is_full(exc):
-                    raise _disk.full(exc, "staging the checkpoint's variables") from None
-                raise
-
-
 # -- manifests and reports
 
 
-def _read_json(folder: int, name: str, what: str) -> dict[str, Any]:
+def read_json(folder: int, name: str, what: str) -> dict[str, Any]:
     try:
         with _workdir.open_in(folder, name) as file:
             data = file.read(_MAX_JSON + 1)
@@ -813,7 +677,7 @@ def _read_manifest(root: Path) -> dict[str, Any]:
         raise CheckpointError(f"cannot open checkpoint {root}: {exc}") from exc
     try:
         try:
-            manifest = _read_json(folder, MANIFEST, f"{root / MANIFEST}")
+            manifest = read_json(folder, MANIFEST, f"{root / MANIFEST}")
         except CheckpointError as exc:
             raise CheckpointError(
                 f"{root} is not a usable kernelexec checkpoint: {exc} (a checkpoint that "
