@@ -22,6 +22,12 @@ the queue (it never runs; its result says so); a running one is stopped as a
 timeout is (the kernel is interrupted, and restarted if it does not stop
 within the session's ``interrupt_grace``). Either way the result has status
 ``"cancelled"``.
+
+A session's queue is bounded (``ExecutionStore``): at most ``max_queued``
+executions not yet ended, holding at most ``max_queued_code`` of code
+together (characters in the library, bytes of request bodies in the server).
+One more raises ``QueueFullError`` before anything is queued, so a caller
+that queues without end costs bounded memory.
 """
 
 from __future__ import annotations
@@ -35,16 +41,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._exceptions import QueueFullError
 from ._live import LiveOutput, OutputListener, json_size
 from ._models import ExecutionResult
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
+    "MAX_QUEUED",
+    "MAX_QUEUED_CODE",
     "Execution",
     "ExecutionCancelled",
     "ExecutionEvent",
     "ExecutionState",
     "ExecutionStore",
+    "Reservation",
     "mark_started",
     "run_in_background",
     "start_execution",
@@ -52,6 +62,9 @@ __all__ = [
 
 ExecutionState = Literal["queued", "running", "done", "failed"]
 DEFAULT_MAX_CHARS = 1_000_000
+MAX_QUEUED = 32  # executions not yet ended that a session may hold
+MAX_QUEUED_CODE = 64 * 1024 * 1024  # their code together (characters, or body bytes)
+RETRY_AFTER = 2.0  # seconds a refused caller is told to wait
 _OVERHEAD = 100  # characters an event is counted for besides its content (the dict, the entry)
 _RUNNING: set[asyncio.Task[ExecutionResult]] = set()
 _CURRENT: contextvars.ContextVar[Execution | None] = contextvars.ContextVar(
@@ -362,20 +375,100 @@ def run_in_background(
     return start_execution(run, code=code, language=language, on_output=on_output)
 
 
+class Reservation:
+    """Room held in a session's queue for one execution, from before its code is read.
+
+    Released when the execution ends (``ExecutionStore.add`` sees to it), or
+    by ``release`` if it never starts. Releasing twice is harmless.
+    """
+
+    def __init__(self, store: ExecutionStore, size: int) -> None:
+        self._store: ExecutionStore | None = store
+        self.size = size
+
+    def grow(self, size: int) -> None:
+        """Holds ``size`` more (a body longer than it said); QueueFullError if it does not fit."""
+        if self._store is not None:
+            self._store._check(size, counting=False)
+            self._store._held += size
+            self.size += size
+
+    def release(self) -> None:
+        if self._store is not None:
+            self._store._held -= self.size
+            self._store._reserved -= 1
+            self._store = None
+
+
 class ExecutionStore:
     """A session's executions by id: every one not finished, and the newest finished ones.
 
+    It also bounds the session's queue: ``reserve`` refuses, with
+    ``QueueFullError``, a new execution past ``max_queued`` not yet ended or
+    past ``max_queued_code`` of their code together.
+
     Args:
         keep: finished executions kept (older ones are forgotten, oldest first).
+        max_queued: executions not yet ended (queued or running) at once.
+        max_queued_code: their code together, in ``unit``.
+        named: what sets the caps, for the refusal's message.
+        unit: what ``reserve`` counts ("characters" of code, or "bytes" of requests).
     """
 
-    def __init__(self, keep: int = 16) -> None:
+    def __init__(
+        self,
+        keep: int = 16,
+        *,
+        max_queued: int = MAX_QUEUED,
+        max_queued_code: int = MAX_QUEUED_CODE,
+        named: str = "",
+        unit: str = "characters",
+    ) -> None:
         self.keep = keep
+        self.max_queued = max_queued
+        self.max_queued_code = max_queued_code
+        self._named = f" ({named})" if named else ""
+        self._unit = unit
         self._executions: dict[str, Execution] = {}
+        self._reserved = 0  # reservations not yet released: executions not yet ended
+        self._held = 0  # the code they hold
 
-    def add(self, execution: Execution) -> Execution:
+    @property
+    def queued_code(self) -> int:
+        """Code held by executions not yet ended (and those being received)."""
+        return self._held
+
+    def reserve(self, size: int) -> Reservation:
+        """Room for one more execution of ``size``; QueueFullError when there is none."""
+        self._check(size, counting=True)
+        self._reserved += 1
+        self._held += size
+        return Reservation(self, size)
+
+    def _check(self, size: int, *, counting: bool) -> None:
+        if counting and self._reserved >= self.max_queued:
+            raise QueueFullError(
+                f"the session already holds {self._reserved} executions not yet ended, "
+                f"its most{self._named}; wait for one to end, or cancel one",
+                retry_after=RETRY_AFTER,
+            )
+        if self._held + size > self.max_queued_code:
+            raise QueueFullError(
+                f"the session's executions not yet ended hold {self._held:,} {self._unit} of "
+                f"code, and {size:,} more would pass its most, {self.max_queued_code:,}"
+                f"{self._named}; wait for one to end, or cancel one",
+                retry_after=RETRY_AFTER,
+            )
+
+    def add(self, execution: Execution, reservation: Reservation | None = None) -> Execution:
         self._executions[execution.id] = execution
-        execution.task.add_done_callback(lambda _: self._trim())
+
+        def ended(_: object) -> None:
+            if reservation is not None:
+                reservation.release()
+            self._trim()
+
+        execution.task.add_done_callback(ended)
         self._trim()
         return execution
 

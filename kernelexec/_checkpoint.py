@@ -21,10 +21,10 @@ work dir (pause overnight, clean up, restore elsewhere) and the kernel keeps
 changing the files after it is made. Links in the work dir are never followed
 (``_workdir``), earlier checkpoints under ``checkpoints/`` are left out.
 
-Restoring reverses it: the files go into the new work dir, the variable files
-into a staging folder there, and the kernel loads them, first refusing a
-checkpoint made by another Python (major.minor) or with other versions of the
-packages whose objects it holds.
+Restoring (``_restore``) reverses it: the files go into the new work dir, the
+variable files into a staging folder there, and the kernel loads them, first
+refusing a checkpoint made by another Python (major.minor) or with other
+versions of the packages whose objects it holds.
 """
 
 from __future__ import annotations
@@ -36,26 +36,28 @@ import json
 import os
 import re
 import secrets
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from . import _workdir
+from . import _disk, _workdir
 from ._backends import DROPPED, KernelBackend
-from ._exceptions import CheckpointError, IncompatibleCheckpointError
+from ._exceptions import CheckpointError, DiskSpaceError
 from ._kernel import BOOT_DIR
 
 __all__ = [
+    "CAUSES",
+    "STAGING",
     "Checkpoint",
     "CheckpointVariable",
     "RestoreReport",
     "SkippedVariable",
-    "copy_files_out",
-    "load_into",
+    "kernel_call",
     "note",
+    "read_json",
+    "run_silently",
     "take",
 ]
 
@@ -67,6 +69,11 @@ _STEM = re.compile(r"^\d{4}$")
 _MAX_JSON = 64 * 1024 * 1024  # a report or manifest beyond this is not ours
 _POLL = 0.2
 _GRACE = 5.0
+# The staging folders a checkpoint and a restore make in a work dir (a crash may leave them).
+STAGING = re.compile(r"\.kernelexec-(checkpoint|restore)-[0-9a-f]{16}")
+# Why a variable was left out (``manifest["skipped"][i]["cause"]``): the object itself
+# could not be pickled, or something that may pass (see _kernel/checkpoint.py).
+CAUSES = ("object", "disk", "io", "timeout", "memory")
 
 
 @dataclass(frozen=True)
@@ -228,8 +235,15 @@ async def take(
     files: bool,
     timeout: float,
     variable_timeout: float,
+    max_bytes: int | None = None,
 ) -> Checkpoint:
     """Checkpoints the kernel's namespace (and, with ``files``, the work dir) into ``path``.
+
+    What it writes is held to a budget before it is written: the work dir's
+    files by their apparent sizes (a sparse file at its full length), the
+    variables by a cap the kernel is told and this side checks again. The
+    budget is ``max_bytes`` and the room on the disks it writes to (minus a
+    reserve, ``_disk.reserve``). On any failure what was written is removed.
 
     Args:
         backend: the running kernel.
@@ -242,34 +256,71 @@ async def take(
         files: copy the work dir's files.
         timeout: seconds for the whole of it; the kernel is interrupted after.
         variable_timeout: seconds per variable in the kernel.
+        max_bytes: what the checkpoint may hold, at most (None: what the disk has).
 
     Raises:
+        DiskSpaceError: it would not fit in ``max_bytes`` or on the disk (a
+            variable that would pass the budget included); nothing is kept.
         CheckpointError: the kernel could not make it (no cloudpickle there,
-            it died or took too long), or ``path`` cannot be used.
+            it died or took too long: ``transient`` says which may pass), or
+            ``path`` cannot be used.
     """
     started = time.monotonic()
     target = _Target.make(work_dir, path)
     staging = f".kernelexec-checkpoint-{secrets.token_hex(8)}"
     try:
-        options = {"variable_timeout": variable_timeout}
+        wanted = (
+            await asyncio.to_thread(_files_to_copy, work_dir, target, staging, notebook)
+            if files
+            else _Files()
+        )
+        _disk.check(
+            wanted.size,
+            target.path,
+            work_dir,
+            budget=max_bytes,
+            what=f"the checkpoint's copy of {len(wanted.copies)} work-dir files",
+            setting="max_bytes",
+        )
+        room = _disk.room(target.path, work_dir) - wanted.size
+        budget = room if max_bytes is None else min(room, max_bytes - wanted.size)
+        options = {"variable_timeout": variable_timeout, "max_bytes": budget}
         await run_silently(
             backend,
-            _call("dump", f"{kernel_dir}/{staging}", options),
+            kernel_call("dump", f"{kernel_dir}/{staging}", options),
             timeout=timeout,
             what="the checkpoint",
         )
-        report = await asyncio.to_thread(_collect, work_dir, staging, target)
-        copied, left_out = (
-            await asyncio.to_thread(_copy_work_dir, work_dir, target, staging, notebook)
-            if files
-            else (0, [])
-        )
-        manifest = _manifest(report, target, work_dir, notebook, cells, copied, left_out)
+        report, held = await asyncio.to_thread(_collect, work_dir, staging, target, budget)
+        _refuse_disk_skips(report, budget)
+        copied = await asyncio.to_thread(_copy_work_dir, work_dir, target, wanted)
+        manifest = _manifest(report, target, work_dir, notebook, cells, copied, wanted.left_out)
+        manifest["bytes"] = held + wanted.size
         manifest["seconds"] = round(time.monotonic() - started, 3)
         await asyncio.to_thread(target.write, MANIFEST, _dump_json(manifest))
+    except BaseException as exc:
+        await asyncio.to_thread(target.discard)
+        if _disk.is_full(exc):
+            assert isinstance(exc, OSError)
+            raise _disk.full(exc, "the checkpoint") from None
+        if isinstance(exc, OSError) and not isinstance(exc, _workdir.Refused):
+            raise CheckpointError(f"the checkpoint failed: {exc}", transient=True) from exc
+        raise
     finally:
         await asyncio.to_thread(_workdir.remove_tree, work_dir / staging)
     return Checkpoint._of(target.path, manifest)
+
+
+def _refuse_disk_skips(report: dict[str, Any], budget: int) -> None:
+    """A variable the kernel left out for want of room fails the checkpoint: it would not fit."""
+    for skipped in report["skipped"]:
+        if skipped.get("cause") == "disk":
+            raise DiskSpaceError(
+                f"variable {skipped['name']!r} ({skipped['type']}) did not fit in the "
+                f"checkpoint, whose variables had {_disk.shown(max(budget, 0))} (the room on "
+                f"disk, or max_bytes): {skipped['reason']}; nothing was kept. Delete large "
+                "variables you do not need, free some disk space, or raise the budget"
+            )
 
 
 class _Target:
@@ -277,6 +328,7 @@ class _Target:
 
     def __init__(self, root: Path, prefix: list[str], path: Path) -> None:
         self.root, self.prefix, self.path = root, prefix, path
+        self.made = False  # the folder itself is ours to remove if the checkpoint fails
 
     @classmethod
     def make(cls, work_dir: Path, path: str | Path | None) -> _Target:
@@ -284,6 +336,7 @@ class _Target:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             path = work_dir / DEFAULT_FOLDER / f"{stamp}-{secrets.token_hex(3)}"
         target = Path(path).expanduser().absolute()
+        existed = os.path.lexists(target)
         relative = os.path.normpath(os.path.relpath(target, work_dir))
         if relative == "." or relative.startswith(".."):
             if relative == ".":
@@ -305,6 +358,7 @@ class _Target:
                 )
         finally:
             os.close(fd)
+        self.made = not existed
         return self
 
     def folder(self, parts: list[str]) -> int:
@@ -317,8 +371,27 @@ class _Target:
     def write(self, name: str, data: bytes) -> None:
         _workdir.write(self.root, "/".join([*self.prefix, name]), data)
 
+    def discard(self) -> None:
+        """Removes what a checkpoint writes here (never anything else), and the folder
+        itself if the checkpoint made it."""
+        try:
+            fd = _workdir.open_folder(self.root, self.prefix)
+        except OSError:
+            return
+        try:
+            for name in ("vars", "files"):
+                _workdir.remove_in(fd, name)
+            for name in (MANIFEST, "transcript.ipynb"):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+        if self.made:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
 
-def _call(function: str, *args: Any) -> str:
+
+def kernel_call(function: str, *args: Any) -> str:
     """Code that runs the kernel-side module's ``function`` and binds no name."""
     return (
         "(lambda ns: (exec(compile(ns.pop('source'), '<kernelexec checkpoint>', 'exec'), ns), "
@@ -351,7 +424,8 @@ async def run_silently(backend: KernelBackend, code: str, *, timeout: float, wha
             if interrupted:
                 raise CheckpointError(
                     f"{what} did not finish within {timeout:g} s, nor stop when interrupted; "
-                    "restart the session"
+                    "restart the session",
+                    transient=True,
                 )
             await backend.interrupt()
             interrupted, deadline = True, time.monotonic() + _GRACE
@@ -374,18 +448,40 @@ async def run_silently(backend: KernelBackend, code: str, *, timeout: float, wha
         if interrupted:
             raise CheckpointError(
                 f"{what} did not finish within {timeout:g} s and was interrupted; "
-                "pass a longer timeout"
+                "pass a longer timeout",
+                transient=True,
             )
         if content.get("status") != "ok":
-            raise CheckpointError(
-                f"{what} failed in the kernel: {content.get('ename', 'Error')}: "
-                f"{content.get('evalue', '')}"
-            )
+            raise _kernel_failure(what, content)
         return
 
 
-def _collect(work_dir: Path, staging: str, target: _Target) -> dict[str, Any]:
-    """Reads the kernel's report and moves its variable files into the checkpoint."""
+def _kernel_failure(what: str, content: dict[str, Any]) -> Exception:
+    """The error for a failed reply: a full disk, a passing failure, or one that stays.
+
+    The kernel's words are only read for the kind of failure, which can at
+    most make the owner keep a session's kernel or answer 507.
+    """
+    ename, evalue = str(content.get("ename", "Error")), str(content.get("evalue", ""))
+    text = f"{what} failed in the kernel: {ename}: {evalue[:1000]}"
+    if any(f"[Errno {e}]" in evalue for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)):
+        return DiskSpaceError(f"{text}; free some space on the disk of the work dir")
+    # An I/O error or a lack of memory may pass; a missing cloudpickle will not.
+    return CheckpointError(text, transient=ename in ("OSError", "MemoryError", "IOError"))
+
+
+def _collect(
+    work_dir: Path, staging: str, target: _Target, budget: int
+) -> tuple[dict[str, Any], int]:
+    """Reads the kernel's report and moves its variable files into the checkpoint.
+
+    Returns:
+        The report, and the bytes the variable files hold.
+
+    Raises:
+        DiskSpaceError: the files hold more than ``budget`` (a kernel that
+            ignored the cap it was given).
+    """
     try:
         folder = _workdir.open_folder(work_dir, [staging])
     except OSError as exc:
@@ -393,28 +489,35 @@ def _collect(work_dir: Path, staging: str, target: _Target) -> dict[str, Any]:
             f"the kernel's checkpoint files are not in {work_dir / staging} ({exc}); "
             "checkpoints need the kernel to share the session's work dir"
         ) from exc
+    held = 0
     try:
-        report = _read_json(folder, "report.json", "the kernel's report")
+        report = read_json(folder, "report.json", "the kernel's report")
         _check_report(report)
         into = target.folder(["vars"])
         try:
             for entry in report["variables"]:
                 size = 0
                 for suffix in (".pkl", ".buf"):
-                    size += _move(folder, into, entry["file"] + suffix)
+                    size += _move(folder, into, entry["file"] + suffix, budget - held - size)
                 if size != entry["size"]:
                     raise CheckpointError(
                         f"the files of variable {entry['name']!r} changed while they were moved"
                     )
+                held += size
         finally:
             os.close(into)
     finally:
         os.close(folder)
-    return report
+    return report, held
 
 
-def _move(source: int, target: int, name: str) -> int:
-    """Moves the regular file ``name`` between two folders; its size. Links are refused."""
+def _move(source: int, target: int, name: str, most: int) -> int:
+    """Moves the regular file ``name`` between two folders; its size. Links are refused.
+
+    Renamed first, then opened where it landed: what is checked is what was
+    moved, whatever the kernel swaps in meanwhile. A file over ``most`` bytes
+    fails the checkpoint (whose folder the caller removes).
+    """
     try:
         os.rename(name, name, src_dir_fd=source, dst_dir_fd=target)
         moved = target
@@ -427,12 +530,18 @@ def _move(source: int, target: int, name: str) -> int:
             info = os.fstat(file.fileno())
             if info.st_nlink != 1:
                 raise CheckpointError(f"{name} has other names (hard links); not carried")
-            if moved is source:
-                fd = os.open(
-                    name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=target
+            if info.st_size > most:
+                raise DiskSpaceError(
+                    f"the kernel wrote {info.st_size:,} bytes to {name}, over the "
+                    f"{max(most, 0):,} left in the checkpoint's budget; nothing was kept"
                 )
-                with os.fdopen(fd, "wb") as out:
-                    shutil.copyfileobj(file, out, 1 << 20)
+            if moved is source:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                fd = os.open(name, flags, 0o600, dir_fd=target)
+                try:
+                    _workdir.copy_data(file.fileno(), fd, info.st_size)
+                finally:
+                    os.close(fd)
             return info.st_size
     except _workdir.Refused as exc:
         with contextlib.suppress(OSError):
@@ -440,37 +549,61 @@ def _move(source: int, target: int, name: str) -> int:
         raise CheckpointError(f"{name} in the kernel's checkpoint files: {exc}") from exc
 
 
-def _copy_work_dir(
-    work_dir: Path, target: _Target, staging: str, notebook: Path
-) -> tuple[int, list[str]]:
-    """Copies the work dir's regular files into ``files/``; how many, and what was left out."""
+@dataclass
+class _Files:
+    """The work-dir files a checkpoint will copy, and their apparent size together."""
+
+    copies: list[tuple[str, str]] = field(default_factory=list)  # (in the work dir, in it)
+    size: int = 0
+    left_out: list[str] = field(default_factory=list)
+
+
+def _files_to_copy(work_dir: Path, target: _Target, staging: str, notebook: Path) -> _Files:
+    """What ``files=True`` copies: the work dir's regular files but ours, and the transcript."""
     listing = _workdir.list_tree(work_dir, max_files=100_000)
-    left_out = list(listing.skipped)
+    wanted = _Files(left_out=list(listing.skipped))
     if listing.truncated:
-        left_out.append("files past the first 100,000")
+        wanted.left_out.append("files past the first 100,000")
     notebook_rel = os.path.relpath(notebook, work_dir)
     own = "/".join(target.prefix) + "/" if target.root == work_dir else None
-    copied = 0
     for entry in listing.files:
         first = entry.path.split("/", 1)[0]
         if first in (staging, DEFAULT_FOLDER) or (own and entry.path.startswith(own)):
             continue  # ours: staging, this and earlier checkpoints
-        if entry.path == notebook_rel:
-            _copy(work_dir, entry.path, target, "transcript.ipynb")
-            continue
-        try:
-            _copy(work_dir, entry.path, target, f"files/{entry.path}")
-        except OSError as exc:
-            left_out.append(f"{entry.path}: {exc}")
-            continue
-        copied += 1
+        name = "transcript.ipynb" if entry.path == notebook_rel else f"files/{entry.path}"
+        wanted.copies.append((entry.path, name))
+        wanted.size += entry.size
     if DEFAULT_FOLDER in {e.path.split("/", 1)[0] for e in listing.files}:
-        left_out.append(f"{DEFAULT_FOLDER}/: checkpoints are not copied into checkpoints")
-    return copied, left_out
+        wanted.left_out.append(f"{DEFAULT_FOLDER}/: checkpoints are not copied into checkpoints")
+    return wanted
 
 
-def _copy(root: Path, relative: str, target: _Target, name: str) -> None:
-    _workdir.copy(root, relative, target.root, "/".join([*target.prefix, name]))
+def _copy_work_dir(work_dir: Path, target: _Target, wanted: _Files) -> int:
+    """Copies the files ``wanted`` lists into the checkpoint; how many (the transcript aside).
+
+    Together they may take what they measured when listed: a file that grew
+    meanwhile past what is left is refused (``DiskSpaceError``). One gone or
+    unreadable meanwhile is left out, and said so.
+
+    Raises:
+        DiskSpaceError: the files grew past their budget.
+        OSError: the disk is full, or the transcript cannot be copied.
+    """
+    copied, left = 0, wanted.size
+    for relative, name in wanted.copies:
+        try:
+            left -= _workdir.copy(
+                work_dir, relative, target.root, "/".join([*target.prefix, name]), max_bytes=left
+            )
+        except DiskSpaceError:
+            raise
+        except OSError as exc:
+            if _disk.is_full(exc) or name == "transcript.ipynb":
+                raise
+            wanted.left_out.append(f"{relative}: {exc}")
+            continue
+        copied += name != "transcript.ipynb"
+    return copied
 
 
 def _manifest(
@@ -511,127 +644,10 @@ def _manifest(
     }
 
 
-# -- restoring
-
-
-def copy_files_out(checkpoint: Checkpoint, work_dir: Path) -> int:
-    """Copies the checkpoint's ``files/`` into ``work_dir`` (same names replaced); how many."""
-    folder = checkpoint.path / "files"
-    if not folder.is_dir():
-        return 0
-    count = 0
-    for entry in _workdir.list_tree(folder, max_files=1_000_000).files:
-        _workdir.copy(folder, entry.path, work_dir)
-        count += 1
-    return count
-
-
-async def load_into(
-    backend: KernelBackend,
-    checkpoint: Checkpoint,
-    *,
-    work_dir: Path,
-    kernel_dir: str,
-    on_mismatch: Literal["refuse", "skip"],
-    timeout: float,
-    variable_timeout: float,
-    files: int = 0,
-) -> RestoreReport:
-    """Loads a checkpoint's variables and modules into the running kernel.
-
-    Raises:
-        IncompatibleCheckpointError: another Python, or (``on_mismatch="refuse"``)
-            other versions of its packages; nothing was loaded.
-        CheckpointError: a variable file is damaged or missing, or the kernel
-            failed, died or took longer than ``timeout``.
-    """
-    staging = f".kernelexec-restore-{secrets.token_hex(8)}"
-    manifest = checkpoint.manifest
-    try:
-        await asyncio.to_thread(_stage, checkpoint, work_dir, staging)
-        kernel_manifest = {
-            "python": manifest["python"],
-            "packages": manifest["packages"],
-            "modules": manifest["modules"],
-            "execution_count": manifest["execution_count"],
-            "variables": [
-                {**v, "file": v["file"].rsplit("/", 1)[-1].removesuffix(".pkl")}
-                for v in manifest["variables"]
-            ],
-        }
-        options = {
-            "on_mismatch": on_mismatch,
-            "variable_timeout": variable_timeout,
-            "execution_count": True,
-        }
-        await run_silently(
-            backend,
-            _call("load", f"{kernel_dir}/{staging}", kernel_manifest, options),
-            timeout=timeout,
-            what="the restore",
-        )
-        folder = _workdir.open_folder(work_dir, [staging])
-        try:
-            report = _read_json(folder, "report.json", "the kernel's restore report")
-        finally:
-            os.close(folder)
-    finally:
-        await asyncio.to_thread(_workdir.remove_tree, work_dir / staging)
-    try:
-        refused = report["refused"]
-        skipped = [SkippedVariable(**s) for s in report["skipped"]]
-        restored, modules = list(report["restored"]), list(report["modules"])
-    except (KeyError, TypeError) as exc:
-        raise CheckpointError(f"the kernel's restore report is not readable ({exc})") from exc
-    if refused:
-        raise IncompatibleCheckpointError(f"cannot restore {checkpoint.path}: {refused}")
-    return RestoreReport(
-        checkpoint=str(checkpoint.path),
-        restored=restored,
-        modules=modules,
-        skipped=[*checkpoint.skipped, *skipped],
-        files=files,
-    )
-
-
-def _stage(checkpoint: Checkpoint, work_dir: Path, staging: str) -> None:
-    """Copies the variable files into a new staging folder of ``work_dir``."""
-    # Made even for a checkpoint without variables: the kernel writes its report there.
-    os.close(_workdir.open_folder(work_dir, [staging], create=True))
-    for variable in checkpoint.variables:
-        for name in (variable.file, variable.buffers_file):
-            try:
-                source = _workdir.open_read(checkpoint.path, name)
-            except OSError as exc:
-                raise CheckpointError(
-                    f"checkpoint {checkpoint.path} is damaged: {name} ({variable.name}): {exc}"
-                ) from exc
-            with source:
-                out, _ = _workdir.create(work_dir, f"{staging}/{name.rsplit('/', 1)[-1]}")
-                with out:
-                    _copy_fd(source.fileno(), out.fileno())
-
-
-def _copy_fd(source: int, target: int) -> None:
-    # copy_file_range copies inside the OS (or shares blocks, on btrfs/XFS).
-    copy = getattr(os, "copy_file_range", None)
-    if copy is not None:
-        try:
-            while copy(source, target, 1 << 30):
-                pass
-            return
-        except OSError:
-            os.lseek(source, 0, os.SEEK_SET)
-            os.ftruncate(target, 0)
-            os.lseek(target, 0, os.SEEK_SET)
-    while chunk := os.read(source, 1 << 20):
-        _workdir.write_all(target, chunk)
-
-
 # -- manifests and reports
 
 
-def _read_json(folder: int, name: str, what: str) -> dict[str, Any]:
+def read_json(folder: int, name: str, what: str) -> dict[str, Any]:
     try:
         with _workdir.open_in(folder, name) as file:
             data = file.read(_MAX_JSON + 1)
@@ -666,7 +682,7 @@ def _read_manifest(root: Path) -> dict[str, Any]:
         raise CheckpointError(f"cannot open checkpoint {root}: {exc}") from exc
     try:
         try:
-            manifest = _read_json(folder, MANIFEST, f"{root / MANIFEST}")
+            manifest = read_json(folder, MANIFEST, f"{root / MANIFEST}")
         except CheckpointError as exc:
             raise CheckpointError(
                 f"{root} is not a usable kernelexec checkpoint: {exc} (a checkpoint that "
@@ -737,6 +753,7 @@ def _check_common(data: dict[str, Any]) -> None:
     for skipped in data["skipped"]:
         assert {"name", "type", "reason"} <= set(skipped)
         assert all(isinstance(skipped[k], str) for k in ("name", "type", "reason"))
+        assert skipped.get("cause", "object") in CAUSES, "a bad cause"
 
 
 def _why(exc: BaseException) -> str:

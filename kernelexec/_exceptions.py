@@ -9,12 +9,16 @@ These are raised only when kernelexec itself cannot do what was asked::
     │   ├── EnvironmentBuildError  the packages asked for could not be installed
     │   └── CheckpointError        a checkpoint could not be made or read (damaged, missing)
     │       └── IncompatibleCheckpointError  made by another Python or package versions
+    ├── DiskSpaceError       a checkpoint, a fork's copy or a restore would not fit on disk
+    │                        or in its byte budget; refused before writing
     ├── KernelStartError     no kernel could be started (missing ipykernel, bad spec, ...)
     ├── SessionClosedError   the session was used after close()
     ├── SessionBusyError     fork(wait=False) while an execution runs
+    │   └── QueueFullError   too many background executions (or too much of their code) queued
     └── ServerError          a kernelexec server refused a request or could not be reached
         ├── AuthenticationError    the token is missing or wrong (HTTP 401)
-        ├── SessionNotFoundError   no such session on the server (HTTP 404)
+        ├── SessionNotFoundError   no such session on the server (HTTP 404), or its
+        │                          kernel was lost when the server restarted (HTTP 410)
         └── SessionCulledError     the session was culled for idleness (HTTP 409)
 """
 
@@ -24,11 +28,14 @@ __all__ = [
     "AuthenticationError",
     "CheckpointError",
     "ConfigurationError",
+    "DiskSpaceError",
     "EnvironmentBuildError",
     "IncompatibleCheckpointError",
     "KernelStartError",
     "KernelexecError",
+    "QueueFullError",
     "ServerError",
+    "SessionBusyError",
     "SessionClosedError",
     "SessionCulledError",
     "SessionNotFoundError",
@@ -57,13 +64,34 @@ class CheckpointError(ConfigurationError):
 
     The message names what is wrong (a missing or damaged manifest or variable
     file, a kernel without cloudpickle, a checkpoint that did not finish).
+
+    Attributes:
+        transient: True when the same checkpoint may well succeed later: it
+            took too long, or an I/O error stopped it. Nothing about the
+            kernel's state itself was in the way (unlike a dead kernel, or a
+            kernel without cloudpickle).
     """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class IncompatibleCheckpointError(CheckpointError):
     """The checkpoint was made by another Python (major.minor) or other package versions.
 
     Restore it with a kernel whose Python has the versions the message names.
+    """
+
+
+class DiskSpaceError(KernelexecError):
+    """What was asked would not fit: the disk is (nearly) full, or it would pass a byte budget.
+
+    Raised by a checkpoint, a fork's copy of the work dir and a restore,
+    before they write what would not fit (or, when the disk filled up while
+    they wrote, after removing what they wrote). The session is unchanged.
+    The message says how much was needed, how much there is, and which
+    setting (or which disk) to change.
     """
 
 
@@ -77,6 +105,23 @@ class SessionClosedError(KernelexecError):
 
 class SessionBusyError(KernelexecError):
     """The session is running an execution and the caller said not to wait for it."""
+
+
+class QueueFullError(SessionBusyError):
+    """The session already holds as many background executions as it may queue.
+
+    Each session keeps at most a number of executions not yet ended, and at
+    most so much of their code, so that a caller queueing without end cannot
+    take all of the memory. Wait for one to end (``Execution.wait``), or
+    cancel one.
+
+    Attributes:
+        retry_after: seconds after which trying again is worth it.
+    """
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ServerError(KernelexecError):

@@ -14,15 +14,21 @@ the parent, then the parent's cells.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import _workdir
+from . import _disk, _workdir
 from ._backends import LocalBackend
-from ._exceptions import ConfigurationError, KernelStartError, SessionBusyError
+from ._exceptions import (
+    ConfigurationError,
+    DiskSpaceError,
+    KernelStartError,
+    SessionBusyError,
+)
 from ._transcript import note_cell
 
 if TYPE_CHECKING:
@@ -75,6 +81,7 @@ async def fork_session(
     *,
     wait: bool,
     method: ForkMethod = "auto",
+    max_bytes: int | None = None,
 ) -> AsyncSession:
     """The body of ``AsyncSession.fork``."""
     from ._session import AsyncSession, _prepare_work_dir
@@ -108,7 +115,7 @@ async def fork_session(
         if target.resolve() == parent.work_dir.resolve():
             raise ConfigurationError("a fork needs a work dir of its own, not its parent's")
         await parent._transcript.flush()
-        files = await asyncio.to_thread(_copy_files, parent, target)
+        files = await asyncio.to_thread(_copy_files, parent, target, max_bytes)
         options = parent._fork_options()
         child: AsyncSession | None = None
         left_behind: tuple[str, ...] = ()
@@ -127,7 +134,7 @@ async def fork_session(
             else:
                 reason = "; ".join(h.text for h in made.hazards if h.blocks)
         if child is None:
-            child, left_behind = await _by_checkpoint(parent, target, options)
+            child, left_behind = await _by_checkpoint(parent, target, options, max_bytes)
         report = ForkReport(
             parent_work_dir=str(parent.work_dir),
             parent_transcript=str(parent.notebook_path),
@@ -149,7 +156,7 @@ async def fork_session(
 
 
 async def _by_checkpoint(
-    parent: AsyncSession, target: Path, options: dict[str, Any]
+    parent: AsyncSession, target: Path, options: dict[str, Any], max_bytes: int | None
 ) -> tuple[AsyncSession, tuple[str, ...]]:
     from ._session import AsyncSession
 
@@ -160,7 +167,7 @@ async def _by_checkpoint(
         )
     folder = Path(tempfile.mkdtemp(prefix="kernelexec-fork-"))
     try:
-        checkpoint = await parent._checkpoint_now(folder, False, 300.0, 30.0)
+        checkpoint = await parent._checkpoint_now(folder, False, 300.0, 30.0, max_bytes=max_bytes)
         child = await AsyncSession.restore(checkpoint, target, backend=fresh(), **options)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -169,22 +176,50 @@ async def _by_checkpoint(
     return child, tuple(f"{s.name} ({s.type}): {s.reason}" for s in skipped)
 
 
-def _copy_files(parent: AsyncSession, target: Path) -> int:
-    """Copies the parent's files (never through a link) but its transcript and checkpoints."""
+def _copy_files(parent: AsyncSession, target: Path, max_bytes: int | None = None) -> int:
+    """Copies the parent's files (never through a link) but its transcript and checkpoints.
+
+    They are measured first, by apparent size, and refused whole when they
+    would pass ``max_bytes`` or the room on the target's disk: nothing is
+    copied then. Holes stay holes; a file that grew since it was measured is
+    refused past what is left of the total.
+
+    Raises:
+        DiskSpaceError: the files would not fit (or the disk filled up: what
+            was copied is removed).
+    """
     listing = _workdir.list_tree(parent.work_dir, max_files=100_000)
     transcript = parent.notebook_path.resolve()
-    copied = 0
-    for entry in listing.files:
-        if entry.path.split("/", 1)[0] == _CHECKPOINTS:
-            continue
-        if (parent.work_dir / entry.path).resolve() == transcript:
-            continue
-        try:
-            _workdir.copy(parent.work_dir, entry.path, target)
-        except OSError:
-            continue  # gone or changed under us: the fork has what could be read
-        copied += 1
-    return copied
+    wanted = [
+        entry
+        for entry in listing.files
+        if entry.path.split("/", 1)[0] != _CHECKPOINTS
+        and (parent.work_dir / entry.path).resolve() != transcript
+    ]
+    left = sum(entry.size for entry in wanted)
+    _disk.check(
+        left,
+        target,
+        budget=max_bytes,
+        what=f"the fork's copy of {len(wanted)} files",
+        setting="max_bytes",
+    )
+    copied: list[str] = []
+    try:
+        for entry in wanted:
+            try:
+                left -= _workdir.copy(parent.work_dir, entry.path, target, max_bytes=left)
+            except OSError as exc:
+                if _disk.is_full(exc):
+                    raise _disk.full(exc, "the fork's copy of the files") from None
+                continue  # gone or changed under us: the fork has what could be read
+            copied.append(entry.path)
+    except DiskSpaceError:
+        for path in copied:  # the fork's new work dir: no kernel runs there yet
+            with contextlib.suppress(OSError):
+                (target / path).unlink()
+        raise
+    return len(copied)
 
 
 def _begin_transcript(child: AsyncSession, parent: AsyncSession, report: ForkReport) -> None:

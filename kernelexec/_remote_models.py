@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 __all__ = ["CheckpointInfo", "FileInfo", "SessionInfo", "SessionState"]
 
-SessionState = Literal["starting", "idle", "busy", "suspended", "culled"]
+SessionState = Literal["starting", "idle", "busy", "suspended", "culled", "lost"]
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -30,7 +30,9 @@ class SessionInfo:
             "suspended" (idle too long: checkpointed and kernel shut down; the
             next execution restores it) or "culled" (idle too long and could
             not be checkpointed, or the server culls: kernel shut down, files
-            and transcript kept).
+            and transcript kept) or "lost" (the server restarted while it
+            held a kernel: the kernel and its state are gone, files and
+            transcript kept; its executions answer HTTP 410).
         kernel_name: the kernelspec the session runs.
         timeout: default seconds per execution.
         created: when it was created, Unix seconds.

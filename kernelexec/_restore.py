@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from . import _checkpoint
-from ._checkpoint import Checkpoint, RestoreReport
-from ._exceptions import CheckpointError
+from . import _checkpoint, _disk, _workdir
+from ._backends import KernelBackend
+from ._checkpoint import Checkpoint, RestoreReport, SkippedVariable
+from ._exceptions import CheckpointError, IncompatibleCheckpointError
 from ._transcript import note_cell
 
 if TYPE_CHECKING:
     from ._session import AsyncSession
 
-__all__ = ["restart_keeping_state", "restore_session"]
+__all__ = ["copy_files_out", "load_into", "restart_keeping_state", "restore_session"]
 
 
 async def restore_session(
@@ -34,10 +37,10 @@ async def restore_session(
     saved = Checkpoint.open(path)  # a bad checkpoint fails before any kernel starts
     session = cls(work_dir, **options)
     try:
-        copied = await asyncio.to_thread(_checkpoint.copy_files_out, saved, session.work_dir)
+        copied = await asyncio.to_thread(copy_files_out, saved, session.work_dir)
         await session.start()
         async with session._lock:
-            report = await _checkpoint.load_into(
+            report = await load_into(
                 session._backend,
                 saved,
                 work_dir=session.work_dir,
@@ -69,9 +72,17 @@ async def restart_keeping_state(session: AsyncSession) -> RestoreReport:
     folder = Path(tempfile.mkdtemp(prefix="kernelexec-keep-"))
     try:
         saved = await session._checkpoint_now(folder, False, 300.0, 30.0)
+        # Before the restart: a restore with no room to stage its files would lose the state.
+        _disk.check(
+            saved.size,
+            session.work_dir,
+            budget=None,
+            what="staging the state to keep across the restart",
+            setting="",
+        )
         await session._backend.restart()
         try:
-            report = await _checkpoint.load_into(
+            report = await load_into(
                 session._backend,
                 saved,
                 work_dir=session.work_dir,
@@ -94,3 +105,142 @@ async def restart_keeping_state(session: AsyncSession) -> RestoreReport:
     )
     await session._transcript.flush()
     return report
+
+
+# -- the steps, shared by both
+
+
+def copy_files_out(checkpoint: Checkpoint, work_dir: Path) -> int:
+    """Copies the checkpoint's ``files/`` into ``work_dir`` (same names replaced); how many.
+
+    Refused before anything is written when the files, and the variable files
+    the restore stages next, would not fit on the work dir's disk.
+
+    Raises:
+        DiskSpaceError: they would not fit (or the disk filled up meanwhile).
+    """
+    folder = checkpoint.path / "files"
+    listing = _workdir.list_tree(folder, max_files=1_000_000).files if folder.is_dir() else []
+    _disk.check(
+        sum(e.size for e in listing) + checkpoint.size,
+        work_dir,
+        budget=None,
+        what=f"restoring checkpoint {checkpoint.path.name} ({len(listing)} files and "
+        f"{len(checkpoint.variables)} variables)",
+        setting="",
+    )
+    count = 0
+    try:
+        for entry in listing:
+            _workdir.copy(folder, entry.path, work_dir)
+            count += 1
+    except OSError as exc:
+        if _disk.is_full(exc):
+            raise _disk.full(exc, "copying the checkpoint's files") from None
+        raise
+    return count
+
+
+async def load_into(
+    backend: KernelBackend,
+    checkpoint: Checkpoint,
+    *,
+    work_dir: Path,
+    kernel_dir: str,
+    on_mismatch: Literal["refuse", "skip"],
+    timeout: float,
+    variable_timeout: float,
+    files: int = 0,
+) -> RestoreReport:
+    """Loads a checkpoint's variables and modules into the running kernel.
+
+    Raises:
+        IncompatibleCheckpointError: another Python, or (``on_mismatch="refuse"``)
+            other versions of its packages; nothing was loaded.
+        CheckpointError: a variable file is damaged or missing, or the kernel
+            failed, died or took longer than ``timeout``.
+    """
+    staging = f".kernelexec-restore-{secrets.token_hex(8)}"
+    manifest = checkpoint.manifest
+    try:
+        await asyncio.to_thread(_stage, checkpoint, work_dir, staging)
+        kernel_manifest = {
+            "python": manifest["python"],
+            "packages": manifest["packages"],
+            "modules": manifest["modules"],
+            "execution_count": manifest["execution_count"],
+            "variables": [
+                {**v, "file": v["file"].rsplit("/", 1)[-1].removesuffix(".pkl")}
+                for v in manifest["variables"]
+            ],
+        }
+        options = {
+            "on_mismatch": on_mismatch,
+            "variable_timeout": variable_timeout,
+            "execution_count": True,
+        }
+        await _checkpoint.run_silently(
+            backend,
+            _checkpoint.kernel_call("load", f"{kernel_dir}/{staging}", kernel_manifest, options),
+            timeout=timeout,
+            what="the restore",
+        )
+        folder = _workdir.open_folder(work_dir, [staging])
+        try:
+            report = _checkpoint.read_json(folder, "report.json", "the kernel's restore report")
+        finally:
+            os.close(folder)
+    finally:
+        await asyncio.to_thread(_workdir.remove_tree, work_dir / staging)
+    try:
+        refused = report["refused"]
+        skipped = [SkippedVariable(**s) for s in report["skipped"]]
+        restored, modules = list(report["restored"]), list(report["modules"])
+    except (KeyError, TypeError) as exc:
+        raise CheckpointError(f"the kernel's restore report is not readable ({exc})") from exc
+    if refused:
+        raise IncompatibleCheckpointError(f"cannot restore {checkpoint.path}: {refused}")
+    return RestoreReport(
+        checkpoint=str(checkpoint.path),
+        restored=restored,
+        modules=modules,
+        skipped=[*checkpoint.skipped, *skipped],
+        files=files,
+    )
+
+
+def _stage(checkpoint: Checkpoint, work_dir: Path, staging: str) -> None:
+    """Copies the variable files into a new staging folder of ``work_dir``.
+
+    Raises:
+        DiskSpaceError: they would not fit there (nothing is written), or
+            the disk filled up meanwhile.
+    """
+    _disk.check(
+        checkpoint.size,
+        work_dir,
+        budget=None,
+        what=f"staging the {len(checkpoint.variables)} variables of checkpoint "
+        f"{checkpoint.path.name} for the kernel",
+        setting="",
+    )
+    # Made even for a checkpoint without variables: the kernel writes its report there.
+    os.close(_workdir.open_folder(work_dir, [staging], create=True))
+    for variable in checkpoint.variables:
+        for name in (variable.file, variable.buffers_file):
+            try:
+                source = _workdir.open_read(checkpoint.path, name)
+            except OSError as exc:
+                raise CheckpointError(
+                    f"checkpoint {checkpoint.path} is damaged: {name} ({variable.name}): {exc}"
+                ) from exc
+            try:
+                with source:
+                    out, _ = _workdir.create(work_dir, f"{staging}/{name.rsplit('/', 1)[-1]}")
+                    with out:
+                        size = os.fstat(source.fileno()).st_size
+                        _workdir.copy_data(source.fileno(), out.fileno(), size)
+            except OSError as exc:
+                if _disk.is_full(exc):
+                    raise _disk.full(exc, "staging the checkpoint's variables") from None
+                raise

@@ -18,7 +18,13 @@ from typing import Any, Literal, overload
 from . import _checkpoint, _telemetry, _workdir
 from ._assemble import assemble, check_code, full_output_path
 from ._backends import DockerBackend, KernelBackend, LocalBackend
-from ._background import Execution, ExecutionCancelled, mark_started, run_in_background
+from ._background import (
+    Execution,
+    ExecutionCancelled,
+    ExecutionStore,
+    mark_started,
+    run_in_background,
+)
 from ._checkpoint import Checkpoint, RestoreReport
 from ._environment import kernel_env
 from ._exceptions import CheckpointError, ConfigurationError, SessionClosedError
@@ -170,6 +176,8 @@ class AsyncSession:
         self._transcript = Transcript(self.notebook_path, work_dir=self.work_dir)
         self._seq = self._transcript.code_cells
         self._lock = asyncio.Lock()
+        # Background executions not yet ended, bounded (finished ones are the caller's).
+        self._queue = ExecutionStore(keep=0)
         self._kernel_up = False
         self._restarting: asyncio.Task[None] | None = None
         self._running = False
@@ -313,22 +321,32 @@ class AsyncSession:
                 them. The result still holds everything.
             background: return an ``Execution`` at once instead, running
                 on its own (see ``kernelexec.Execution``): wait for it, read
-                its outputs from any offset, cancel it.
+                its outputs from any offset, cancel it. A session holds at
+                most 32 background executions not yet ended, with at most
+                64 Mi characters of code together.
 
         Raises:
             SessionClosedError: the session was closed.
             KernelStartError: no kernel could be started for it.
+            QueueFullError: ``background`` and the session's queue is full;
+                nothing was queued.
         """
         self._check_open()
         if background:
-            return run_in_background(
-                self.execute,
-                code,
-                language=language,
-                on_output=on_output,
-                timeout=timeout,
-                stdin=stdin,
-            )
+            held = self._queue.reserve(len(code))
+            try:
+                execution = run_in_background(
+                    self.execute,
+                    code,
+                    language=language,
+                    on_output=on_output,
+                    timeout=timeout,
+                    stdin=stdin,
+                )
+            except BaseException:
+                held.release()
+                raise
+            return self._queue.add(execution, held)
         normalized = normalize_language(language)
         text, refused = check_code(code, language, normalized, self.limits)
         async with self._lock:
@@ -440,6 +458,7 @@ class AsyncSession:
         files: bool = True,
         timeout: float = 300.0,
         variable_timeout: float = 30.0,
+        max_bytes: int | None = None,
     ) -> Checkpoint:
         """Saves the kernel's variables, imports and work-dir files to a directory.
 
@@ -453,8 +472,13 @@ class AsyncSession:
             timeout: seconds for the whole checkpoint; the kernel is interrupted after.
             variable_timeout: seconds one variable may take to pickle (a
                 ``__reduce__`` that hangs is stopped and reported).
+            max_bytes: the most the checkpoint may hold (variables, and files
+                at their apparent sizes); None: what the disk has free,
+                less a reserve. Either way it is refused before it is written.
 
         Raises:
+            DiskSpaceError: it would hold more than ``max_bytes``, or than
+                the disk has room for; nothing is kept.
             CheckpointError: the checkpoint could not be made (the kernel has
                 no cloudpickle, died or took too long; ``path`` not empty).
             SessionClosedError: the session was closed.
@@ -464,7 +488,9 @@ class AsyncSession:
             await self._ensure_kernel()
             if not await self._backend.is_alive():
                 raise CheckpointError("the kernel has died; there is no state to checkpoint")
-            return await self._checkpoint_now(path, files, timeout, variable_timeout)
+            return await self._checkpoint_now(
+                path, files, timeout, variable_timeout, max_bytes=max_bytes
+            )
 
     @classmethod
     async def restore(
@@ -512,6 +538,7 @@ class AsyncSession:
         *,
         wait: bool = True,
         method: ForkMethod = "auto",
+        max_bytes: int | None = None,
     ) -> AsyncSession:
         """A new, independent session holding a copy of this one's live state.
 
@@ -535,15 +562,20 @@ class AsyncSession:
             method: "auto" (above); "process" forks a local kernel's process
                 even so, listing what breaks in ``fork_report.left_behind``;
                 "checkpoint" always checkpoints and restores.
+            max_bytes: the most the copy of the files may hold, by their
+                apparent sizes (a sparse file counts at its full length,
+                though it is copied sparsely); None: what the disk has free,
+                less a reserve.
 
         Raises:
             SessionBusyError: ``wait=False`` and an execution is running.
+            DiskSpaceError: the files would not fit; nothing was forked.
             KernelStartError: the kernel could not be forked or restored.
             CheckpointError: the checkpoint a non-local backend needs failed.
             ConfigurationError: an unknown ``method``, or "process" for a
                 kernel that is not local.
         """
-        return await fork_session(self, work_dir, wait=wait, method=method)
+        return await fork_session(self, work_dir, wait=wait, method=method, max_bytes=max_bytes)
 
     async def variables(self) -> list[Variable]:
         """The user namespace's variables, briefly, without running a cell.
@@ -631,7 +663,13 @@ class AsyncSession:
         return "/workspace" if isinstance(self._backend, DockerBackend) else str(self.work_dir)
 
     async def _checkpoint_now(
-        self, path: str | Path | None, files: bool, timeout: float, variable_timeout: float
+        self,
+        path: str | Path | None,
+        files: bool,
+        timeout: float,
+        variable_timeout: float,
+        *,
+        max_bytes: int | None = None,
     ) -> Checkpoint:
         return await _checkpoint.take(
             self._backend,
@@ -643,6 +681,7 @@ class AsyncSession:
             files=files,
             timeout=timeout,
             variable_timeout=variable_timeout,
+            max_bytes=max_bytes,
         )
 
     async def _restart_keeping_state(self) -> RestoreReport:

@@ -325,11 +325,13 @@ class Session:
         *,
         wait: bool = True,
         method: ForkMethod = "auto",
+        max_bytes: int | None = None,
     ) -> Session:
         """AsyncSession.fork, synchronously: a new Session."""
         _open.add(self._async)
         child = Session.__new__(Session)
-        child._async = _call(self._async.fork(work_dir, wait=wait, method=method))
+        made = self._async.fork(work_dir, wait=wait, method=method, max_bytes=max_bytes)
+        child._async = _call(made)
         _open.add(child._async)
         return child
 

@@ -31,18 +31,21 @@ import contextlib
 import errno
 import os
 import secrets
-import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
+
+from ._exceptions import DiskSpaceError
 
 __all__ = [
     "Entry",
     "Listing",
     "Refused",
     "Upload",
+    "copy",
+    "copy_data",
     "create",
     "list_tree",
     "locate",
@@ -53,6 +56,7 @@ __all__ = [
     "parts_of",
     "put_in_place",
     "read_kept",
+    "remove_in",
     "remove_tree",
     "temp_file",
     "write",
@@ -384,12 +388,17 @@ def write(root: Path, relative: str, data: bytes) -> str | None:
     Raises:
         OSError: the work dir cannot take it (gone, full, or not writable).
     """
+    return _write_whole(root, relative, lambda fd: write_all(fd, data))
+
+
+def _write_whole(root: Path, relative: str, fill: Callable[[int], object]) -> str | None:
+    """Makes one of kernelexec's own files under a temp name, ``fill``s it, puts it in place."""
     parts = parts_of(relative)
     folder, notes = own_folder(root, parts)
     try:
         temp, fd = temp_file(folder)
         try:
-            write_all(fd, data)
+            fill(fd)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=folder)
@@ -428,16 +437,92 @@ def create(root: Path, relative: str) -> tuple[BinaryIO, str | None]:
     return os.fdopen(fd, "wb"), " ".join(n for n in notes if n) or None
 
 
-def copy(source_root: Path, relative: str, target_root: Path, target: str | None = None) -> None:
-    """Copies one file between trees, never through a link on either side.
+def copy(
+    source_root: Path,
+    relative: str,
+    target_root: Path,
+    target: str | None = None,
+    *,
+    max_bytes: int | None = None,
+) -> int:
+    """Copies one file between trees, never through a link on either side; holes stay holes.
+
+    The copy holds the file as it was when opened, up to its length then
+    (a file that grows meanwhile is copied to that length): what it writes
+    is bounded before it starts. It is written under a temp name and renamed
+    into place, so a failed copy leaves nothing at the name.
+
+    Args:
+        max_bytes: refuse a file longer than this (its apparent length).
+
+    Returns:
+        The length copied (a sparse file's holes count, though they are not written).
 
     Raises:
+        DiskSpaceError: the file is longer than ``max_bytes``; nothing was written.
         OSError: it cannot be read, or the target tree cannot take it.
     """
     with open_read(source_root, relative) as source:
-        out, _ = create(target_root, target or relative)
-        with out:
-            shutil.copyfileobj(source, out, 1 << 20)
+        size = os.fstat(source.fileno()).st_size
+        if max_bytes is not None and size > max_bytes:
+            raise DiskSpaceError(
+                f"{relative!r} is {size:,} bytes long, more than the {max_bytes:,} left in "
+                "the budget; nothing was written"
+            )
+        _write_whole(
+            target_root, target or relative, lambda fd: copy_data(source.fileno(), fd, size)
+        )
+    return size
+
+
+def copy_data(source: int, target: int, size: int) -> int:
+    """Copies the first ``size`` bytes of one open file into another, holes kept as holes.
+
+    Returns:
+        The bytes of data written (fewer than ``size`` for a sparse or shrunk file).
+    """
+    written = offset = 0
+    seek_data = getattr(os, "SEEK_DATA", None)
+    while offset < size:
+        start, end = offset, size
+        if seek_data is not None:
+            try:
+                start = os.lseek(source, offset, seek_data)
+                end = min(os.lseek(source, start, os.SEEK_HOLE), size)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    break  # only a hole is left
+                start, end = offset, size  # holes unknown here: copy it all
+        if start >= size:
+            break
+        written += _copy_range(source, target, start, end)
+        offset = end
+    os.ftruncate(target, size)  # a hole at the end, and a file that shrank meanwhile
+    return written
+
+
+def _copy_range(source: int, target: int, start: int, end: int) -> int:
+    """Copies bytes ``start`` to ``end`` at the same offsets; how many (fewer at end of file)."""
+    done = 0
+    copy_range = getattr(os, "copy_file_range", None)
+    while start + done < end:
+        at, want = start + done, min(end - start - done, 1 << 30)
+        try:
+            if copy_range is None:
+                raise OSError(errno.ENOSYS, "no copy_file_range")
+            n = copy_range(source, target, want, at, at)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            chunk = os.pread(source, min(want, 1 << 20), at)
+            n = len(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.pwrite(target, view, at + n - len(view)) :]
+        if n == 0:
+            break  # the file shrank
+        done += n
+    return done
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -688,6 +773,29 @@ def remove_tree(top: Path) -> None:
         root = os.open(top, _DIR)
     except OSError:
         return
+    _empty(root)
+    with contextlib.suppress(OSError):
+        os.rmdir(top)
+
+
+def remove_in(folder: int, name: str) -> None:
+    """Removes the folder ``name`` of the folder ``folder`` as ``remove_tree`` does.
+
+    For a clean-up that must stay inside a folder it holds: the walk to
+    ``folder`` was done once, with no link followed, and nothing here goes
+    by a path again. A link or a file at ``name`` is left alone.
+    """
+    try:
+        root = os.open(name, _DIR, dir_fd=folder)
+    except OSError:
+        return
+    _empty(root)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=folder)
+
+
+def _empty(root: int) -> None:
+    """Empties the folder ``root`` (closing it): two handles at most, however deep."""
     try:
         progress = True
         while progress:
@@ -704,8 +812,6 @@ def remove_tree(top: Path) -> None:
                     progress = True
     finally:
         os.close(root)
-    with contextlib.suppress(OSError):
-        os.rmdir(top)
 
 
 def _lift_contents(root: int, name: str) -> None:

@@ -19,6 +19,26 @@ from typing import Any
 import httpx
 
 TOKEN = "test-token-0123456789"
+# A class whose pickling takes ``seconds``: a checkpoint (or a suspend) of ``Slow(60)``
+# is under way for a minute, long enough to act in the middle of it.
+SLOW = (
+    "import time\n"
+    "class Slow:\n"
+    "    def __init__(self, seconds): self.seconds = seconds\n"
+    "    def __reduce__(self):\n"
+    "        time.sleep(self.seconds)\n"
+    "        return (Slow, (0,))\n"
+)
+
+
+def wait_for(condition: Any, seconds: float = 90) -> bool:
+    """Polls ``condition`` until it holds (True) or ``seconds`` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def free_port() -> int:
@@ -120,6 +140,11 @@ class ServerProcess:
         result: dict[str, Any] = response.json()
         return result
 
+    def state(self, session_id: str) -> dict[str, Any]:
+        """``GET /sessions/{id}``: the session as the server describes it."""
+        found: dict[str, Any] = self.http.get(f"/sessions/{session_id}").json()
+        return found
+
     def kernel_pid(self, session_id: str) -> int:
         return int(self.execute(session_id, "import os; print(os.getpid())")["stdout"])
 
@@ -214,6 +239,7 @@ def peak_growth(pid: int) -> Iterator[list[float]]:
 
 
 __all__ = [
+    "SLOW",
     "TOKEN",
     "ServerProcess",
     "descendants",
@@ -221,6 +247,7 @@ __all__ = [
     "jupyter_message",
     "peak_growth",
     "signal",
+    "wait_for",
 ]
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from kernelexec import AsyncSession, Execution, ExecutionEvent
-from kernelexec._background import _Log
+import pytest
+
+from kernelexec import AsyncSession, Execution, ExecutionEvent, QueueFullError, SessionBusyError
+from kernelexec._background import MAX_QUEUED, MAX_QUEUED_CODE, _Log
 
 COUNT = "import time\nfor i in range(1, 6):\n    print(i, flush=True)\n    time.sleep(0.3)\n'end'"
 SLEEP = "import time\ntime.sleep(60)"
@@ -124,6 +126,28 @@ async def test_close_with_one_running(tmp_path: object) -> None:
     assert result.message is not None and "closed while this code ran" in result.message
     never = await queued.wait(30)
     assert never is not None and never.status == "cancelled" and never.stdout == ""
+
+
+async def test_a_full_queue_refuses_with_queue_full_error_and_has_room_once_one_ends(
+    session: AsyncSession,
+) -> None:
+    running = await session.execute(SLEEP, background=True)
+    queued = [await session.execute(f"n = {i}", background=True) for i in range(MAX_QUEUED - 1)]
+    with pytest.raises(QueueFullError, match="32 executions not yet ended") as refused:
+        await session.execute("n = 'one too many'", background=True)
+    assert isinstance(refused.value, SessionBusyError) and refused.value.retry_after > 0
+    running.cancel()
+    await running.wait(30)
+    assert (await session.execute("'room again'", background=True)) is not None
+    for execution in queued:
+        await execution.wait(30)
+    big = "#" + "a" * (MAX_QUEUED_CODE // 2)
+    first = await session.execute(SLEEP, background=True)
+    held = await session.execute(big, background=True)
+    with pytest.raises(QueueFullError, match="characters of code"):
+        await session.execute(big, background=True)  # the first two hold half and a bit
+    first.cancel()
+    held.cancel()
 
 
 async def test_on_output_also_gets_the_outputs(session: AsyncSession) -> None:

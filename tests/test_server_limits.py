@@ -5,23 +5,13 @@ from __future__ import annotations
 import json
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import nbformat
-from _serverproc import ServerProcess, descendants
+from _serverproc import ServerProcess, descendants, wait_for
 from conftest import process_gone
-
-
-def wait_for(condition: Any, seconds: float = 90) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_429_at_max_sessions(tmp_path: Path) -> None:

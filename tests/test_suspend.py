@@ -7,33 +7,9 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from _serverproc import ServerProcess
+from _serverproc import SLOW, ServerProcess, wait_for
 from conftest import process_gone
-
-SLOW = (
-    "import time\n"
-    "class Slow:\n"
-    "    def __init__(self, seconds): self.seconds = seconds\n"
-    "    def __reduce__(self):\n"
-    "        time.sleep(self.seconds)\n"
-    "        return (Slow, (0,))\n"
-)
-
-
-def wait_for(condition: Any, seconds: float = 90) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def state(server: ServerProcess, sid: str) -> dict[str, Any]:
-    found: dict[str, Any] = server.http.get(f"/sessions/{sid}").json()
-    return found
 
 
 def test_an_idle_session_is_suspended_and_its_next_execution_restores_it(tmp_path: Path) -> None:
@@ -42,8 +18,8 @@ def test_an_idle_session_is_suspended_and_its_next_execution_restores_it(tmp_pat
         sid = server.create()
         server.execute(sid, "import json as j\nx = {'k': [1, 2]}\ngen = (i for i in range(3))")
         pid = server.kernel_pid(sid)
-        assert wait_for(lambda: "checkpoint" in state(server, sid).get("message", ""))
-        assert state(server, sid)["state"] == "suspended"
+        assert wait_for(lambda: "checkpoint" in server.state(sid).get("message", ""))
+        assert server.state(sid)["state"] == "suspended"
         assert wait_for(lambda: process_gone(pid))
         # A suspended session holds no kernel: another may be made meanwhile.
         other = server.create()
@@ -62,7 +38,7 @@ def test_an_idle_session_is_suspended_and_its_next_execution_restores_it(tmp_pat
         # Said once: the next result is plain, and the checkpoint is gone.
         again = server.execute(sid, "x['k']")
         assert again["text"] == "[1, 2, 3]\n" and "resumed" not in again
-        assert state(server, sid)["state"] == "idle"
+        assert server.state(sid)["state"] == "idle"
         assert server.http.get("/checkpoints").json()["checkpoints"] == []
     finally:
         assert server.stop() == 0
@@ -73,7 +49,7 @@ def test_no_suspend_culls_as_before(tmp_path: Path) -> None:
     try:
         sid = server.create()
         server.execute(sid, "x = 1")
-        assert wait_for(lambda: state(server, sid)["state"] == "culled")
+        assert wait_for(lambda: server.state(sid)["state"] == "culled")
         refused = server.http.post(f"/sessions/{sid}/execute", json={"code": "x"})
         assert refused.status_code == 409 and refused.json()["error"] == "session_culled"
         assert not (tmp_path / "work" / ".checkpoints").exists() or not list(
@@ -89,12 +65,12 @@ def test_a_session_that_cannot_be_checkpointed_is_culled_and_says_why(tmp_path: 
         sid = server.create()
         # A kernel without cloudpickle cannot be checkpointed.
         server.execute(sid, "import sys; sys.modules['cloudpickle'] = None; x = 1")
-        assert wait_for(lambda: state(server, sid)["state"] == "culled")
+        assert wait_for(lambda: server.state(sid)["state"] == "culled")
         refused = server.http.post(f"/sessions/{sid}/execute", json={"code": "x"})
         assert refused.status_code == 409
         message = refused.json()["message"]
         assert "without a checkpoint, all state lost" in message and "cloudpickle" in message
-        assert "cloudpickle" in state(server, sid)["message"]
+        assert "cloudpickle" in server.state(sid)["message"]
         assert list((tmp_path / "work" / ".checkpoints").iterdir()) == []
     finally:
         assert server.stop() == 0
@@ -108,12 +84,12 @@ def test_an_execution_arriving_during_the_suspend_waits_and_keeps_the_kernel(
         sid = server.create()
         server.execute(sid, SLOW + "slow = Slow(4)\nkept = 'yes'")
         pid = server.kernel_pid(sid)
-        assert wait_for(lambda: state(server, sid)["state"] == "suspended")
+        assert wait_for(lambda: server.state(sid)["state"] == "suspended")
         result = server.execute(sid, "import os; (kept, os.getpid())")
         assert result["status"] == "ok", result
         # The checkpoint was made, but a request came: the kernel was kept, not shut down.
         assert result["text"] == f"('yes', {pid})\n" and "resumed" not in result
-        assert state(server, sid)["state"] == "idle"
+        assert server.state(sid)["state"] == "idle"
         assert server.http.get("/checkpoints").json()["checkpoints"] == []
     finally:
         assert server.stop() == 0
@@ -124,7 +100,7 @@ def test_fork_and_checkpoint_of_a_suspended_session_restore_it_first(tmp_path: P
     try:
         sid = server.create()
         server.execute(sid, "v = 10")
-        assert wait_for(lambda: "checkpoint" in state(server, sid).get("message", ""))
+        assert wait_for(lambda: "checkpoint" in server.state(sid).get("message", ""))
         forked = server.http.post(f"/sessions/{sid}/fork")
         assert forked.status_code == 201, forked.text
         assert server.execute(forked.json()["id"], "v + 1")["text"] == "11\n"
@@ -141,7 +117,7 @@ def test_sigterm_while_suspending_exits_promptly_and_leaves_nothing(tmp_path: Pa
         sid = server.create()
         server.execute(sid, SLOW + "slow = Slow(60)")
         pid = server.kernel_pid(sid)
-        assert wait_for(lambda: state(server, sid)["state"] == "suspended")
+        assert wait_for(lambda: server.state(sid)["state"] == "suspended")
         time.sleep(0.5)  # inside the 60 s pickling
         started = time.monotonic()
         code: list[int] = []

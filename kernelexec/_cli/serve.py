@@ -87,6 +87,41 @@ def add_command(commands: Any) -> None:
         help="largest request body, uploads included (default 64 MB)",
     )
     serve.add_argument(
+        "--max-queued",
+        type=int,
+        default=32,
+        help="executions a session may hold not yet ended, queued or running (default 32); "
+        "one more gets HTTP 429 with Retry-After",
+    )
+    serve.add_argument(
+        "--max-queued-mb",
+        type=float,
+        default=64.0,
+        help="request bytes a session's executions not yet ended may hold together "
+        "(default 64 MB); past it HTTP 429, or 413 for one body alone over it",
+    )
+    serve.add_argument(
+        "--session-disk-mb",
+        type=float,
+        default=4096.0,
+        help="what one session's checkpoints in <work-root>/.checkpoints/ may hold together, "
+        "and what a fork may copy of its files (default 4096 MB; sparse files count at "
+        "their full length); past it HTTP 507, before anything is written",
+    )
+    serve.add_argument(
+        "--store-disk-mb",
+        type=float,
+        default=16384.0,
+        help="what the whole checkpoint store may hold (default 16384 MB); past it HTTP 507",
+    )
+    serve.add_argument(
+        "--checkpoint-max-age-days",
+        type=float,
+        default=7.0,
+        help="days a checkpoint is kept in the store, a suspended session's too (that session "
+        "is then culled; its files stay); default 7, 0 keeps them forever",
+    )
+    serve.add_argument(
         "--pool-size",
         type=int,
         default=None,
@@ -218,6 +253,7 @@ def policy_from(args: argparse.Namespace) -> Any:
 def _serve(args: argparse.Namespace) -> int:
     apply_zygote_option(args)
     from .._server import ServerConfig, serve
+    from .._server._config import MIB
     from .._server._serve import check_port
     from .._telemetry import set_trace_content
 
@@ -245,6 +281,11 @@ def _serve(args: argparse.Namespace) -> int:
             pool_size=pool_size() if args.pool_size is None else args.pool_size,
             preload=preload() if args.preload is None else args.preload,
             policy=policy,
+            max_queued=args.max_queued,
+            max_queued_bytes=int(args.max_queued_mb * MIB),
+            session_disk=int(args.session_disk_mb * MIB),
+            store_disk=int(args.store_disk_mb * MIB),
+            checkpoint_max_age=args.checkpoint_max_age_days * 86400.0 or None,
         )
 
         def listening(port: int) -> None:

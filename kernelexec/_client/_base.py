@@ -129,7 +129,8 @@ def error_for(response: httpx.Response) -> ServerError:
             status=status,
             code=code,
         )
-    if status == 404 and code == "session_not_found":
+    if (status, code) in ((404, "session_not_found"), (410, "session_lost")):
+        # 410: the server restarted and the session's kernel went with it.
         return SessionNotFoundError(text, status=status, code=code)
     if status == 409 and code in ("session_culled", "session_closed"):
         return SessionCulledError(text, status=status, code=code)

@@ -32,11 +32,22 @@ things keep the namespace whole across those separate pickles:
   it uses, as before.
 - A variable whose pickling takes longer than ``variable_timeout`` seconds (a
   ``__reduce__`` that hangs) is stopped by a timer and reported.
+
+What the files may hold together is capped by ``max_bytes`` (the owner's
+budget: the room on its disk and the operator's limits): every write is
+counted before it is made, and a variable that would pass the cap is stopped
+there and reported, so a full disk is never the way a checkpoint learns it
+is too big. Each variable left out says why in ``cause``: ``"object"`` (the
+object cannot be pickled: a socket, a generator), or a reason that is not
+the object's and may pass (``"disk"``: the cap or a full disk, ``"io"``,
+``"timeout"``, ``"memory"``). The owner checks the sizes again; this side
+only stops early.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import json
 import os
@@ -68,12 +79,72 @@ class _Missing(Exception):
     pass
 
 
+class _OverBudget(Exception):
+    pass
+
+
+class _WriteFailed(Exception):
+    """Writing a checkpoint file failed: the disk's doing, not the object's."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.errno = error.errno
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class _Budget:
+    """Bytes the checkpoint's files may still take (None: no cap)."""
+
+    def __init__(self, max_bytes: Any) -> None:
+        self.left = int(max_bytes) if isinstance(max_bytes, (int, float)) else None
+
+    def spend(self, size: int) -> None:
+        if self.left is not None:
+            if size > self.left:
+                raise _OverBudget(self.left)
+            self.left -= size
+
+    def refund(self, size: int) -> None:
+        if self.left is not None:
+            self.left += size
+
+
+class _Sink:
+    """A file the pickler writes to: each write counted against the budget, then made."""
+
+    def __init__(self, path: str, budget: _Budget) -> None:
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
+        self.budget = budget
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        count = len(view)
+        self.budget.spend(count)
+        self.size += count
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
+        return count
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def dump(staging: str, options: dict[str, Any]) -> None:
     """Saves every user variable to ``staging`` (made here) and writes the report.
 
     Args:
         staging: a folder to make; the owner chose a name nobody has.
-        options: ``variable_timeout`` (seconds per variable).
+        options: ``variable_timeout`` (seconds per variable), ``max_bytes``
+            (what the files may take together; None or absent: no cap).
 
     Raises:
         ImportError: this Python has no cloudpickle.
@@ -106,21 +177,25 @@ def dump(staging: str, options: dict[str, Any]) -> None:
             carried.append(name)
     refs: dict[int, str] = {}
     timeout = float(options.get("variable_timeout", 30.0))
+    budget = _Budget(options.get("max_bytes"))
     pickler_class = _pickler_class(cloudpickle)
     for index, name in enumerate(sorted(carried, key=lambda n: _rank(ns[n]))):
         value = ns[name]
         stem = f"{index + 1:04d}"
         started = time.monotonic()
+        sinks: list[_Sink] = []
         try:
             with _deadline(timeout):
-                entry = _dump_one(pickler_class, staging, stem, value, ns, refs)
+                entry = _dump_one(pickler_class, staging, stem, value, ns, refs, budget, sinks)
         except KeyboardInterrupt:
             raise  # the owner gave up on the whole checkpoint
         except BaseException as exc:  # any failure costs this variable only
+            for sink in sinks:
+                budget.refund(sink.size)
             for suffix in (".pkl", ".buf"):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(staging, stem + suffix))
-            report["skipped"].append(_skip(name, value, _reason(exc, timeout)))
+            report["skipped"].append(_skip(name, value, _reason(exc, timeout), _cause(exc)))
             continue
         entry.update(name=name, type=_type_name(value), seconds=time.monotonic() - started)
         for package in entry["packages"]:
@@ -263,9 +338,13 @@ def _dump_one(
     value: Any,
     ns: dict[str, Any],
     refs: dict[int, str],
+    budget: _Budget,
+    sinks: list[_Sink],
 ) -> dict[str, Any]:
     buffers: list[int] = []
-    with open(os.path.join(staging, stem + ".buf"), "wb") as raw:
+    raw = _Sink(os.path.join(staging, stem + ".buf"), budget)
+    sinks.append(raw)
+    try:
 
         def out_of_band(buffer: Any) -> bool:
             with buffer.raw() as view:
@@ -273,10 +352,17 @@ def _dump_one(
                 buffers.append(view.nbytes)
             return False
 
-        with open(os.path.join(staging, stem + ".pkl"), "wb", buffering=1 << 20) as file:
+        # Unbuffered: the pickler writes whole frames (64 KiB) or whole large objects.
+        file = _Sink(os.path.join(staging, stem + ".pkl"), budget)
+        sinks.append(file)
+        try:
             pickler = pickler_class(file, ns, refs, buffer_callback=out_of_band)
             pickler.dump(value)
-    size = os.path.getsize(os.path.join(staging, stem + ".pkl")) + sum(buffers)
+        finally:
+            file.close()
+    finally:
+        raw.close()
+    size = file.size + sum(buffers)
     packages = {p for p in pickler.packages if p and _is_third_party(p)}
     return {"file": stem, "size": size, "buffers": buffers, "packages": packages}
 
@@ -415,8 +501,21 @@ def _shown_python(python: dict[str, Any]) -> str:
     return f"{python.get('implementation', 'python')} {version}"
 
 
-def _skip(name: str, value: Any, reason: str) -> dict[str, str]:
-    return {"name": name, "type": _type_name(value), "reason": reason}
+def _skip(name: str, value: Any, reason: str, cause: str = "object") -> dict[str, str]:
+    return {"name": name, "type": _type_name(value), "reason": reason, "cause": cause}
+
+
+def _cause(exc: BaseException) -> str:
+    """Whether the object itself was in the way ("object"), or what else was."""
+    if isinstance(exc, _OverBudget) or (isinstance(exc, _WriteFailed) and exc.errno in _DISK_FULL):
+        return "disk"
+    if isinstance(exc, _WriteFailed):
+        return "io"
+    if isinstance(exc, _TimedOut):
+        return "timeout"
+    if isinstance(exc, MemoryError):
+        return "memory"
+    return "object"
 
 
 def _type_name(value: Any) -> str:
@@ -432,6 +531,10 @@ def _reason(exc: BaseException, timeout: float) -> str:
         return f"took longer than {timeout:g} s (variable_timeout) and was stopped"
     if isinstance(exc, _Missing):
         return f"it refers to {exc.args[0]!r}, which was not restored"
+    if isinstance(exc, _OverBudget):
+        return f"it would pass the checkpoint's byte budget ({exc.args[0]:,} bytes were left)"
+    if isinstance(exc, _WriteFailed):
+        return f"writing it failed: {exc}"
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= 500 else text[:497] + "..."
 

@@ -29,7 +29,8 @@ def installed_kernels() -> list[str]:
 
 
 def create_app(config: ServerConfig) -> Starlette:
-    """The server's app; its lifespan culls idle sessions and closes all at shutdown."""
+    """The server's app; its lifespan finds the sessions a restart left, suspends idle ones
+    and closes all at shutdown."""
     kernel_names = installed_kernels()
     state = ServerState(
         config, Registry(config), kernel_names, openapi_schema(config, kernel_names)
@@ -38,12 +39,14 @@ def create_app(config: ServerConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         config.work_root.mkdir(parents=True, exist_ok=True)
+        # Before the first request: the sessions the records name, and no crash's leftovers.
+        await state.registry.recover()
         state.registry.start_pool()
-        culler = asyncio.get_running_loop().create_task(state.registry.cull_forever())
+        keeper = asyncio.get_running_loop().create_task(state.registry.housekeep_forever())
         try:
             yield
         finally:
-            culler.cancel()
+            keeper.cancel()
             await state.registry.close_all()
             await asyncio.gather(*state.tasks, return_exceptions=True)
 

@@ -18,6 +18,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._background import Reservation
+from .._exceptions import QueueFullError
 from .._fork import FORK_METHODS, ForkMethod
 from ._config import ServerConfig
 from ._errors import ApiError
@@ -28,10 +30,12 @@ __all__ = [
     "CreateRequest",
     "ExecuteRequest",
     "body_chunks",
+    "drain",
     "parse_create",
     "parse_execute",
     "parse_flags",
     "parse_start_kernel",
+    "queue_full",
 ]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -97,8 +101,14 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
-async def body_chunks(request: Request, limit: int) -> AsyncIterator[bytes]:
-    """The body's chunks; HTTP 413 as soon as more than ``limit`` bytes came."""
+async def body_chunks(
+    request: Request, limit: int, held: Reservation | None = None
+) -> AsyncIterator[bytes]:
+    """The body's chunks; HTTP 413 as soon as more than ``limit`` bytes came.
+
+    With ``held`` (room in a session's queue), bytes past what it holds are
+    added to it as they come: HTTP 429 once they do not fit.
+    """
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
@@ -107,11 +117,38 @@ async def body_chunks(request: Request, limit: int) -> AsyncIterator[bytes]:
         seen += len(chunk)
         if seen > limit:
             raise _too_large(limit)
+        if held is not None and seen > held.size:
+            try:
+                held.grow(seen - held.size)
+            except QueueFullError as exc:
+                raise queue_full(exc) from None
         yield chunk
 
 
-async def _json_object(request: Request, limit: int) -> dict[str, Any]:
-    body = b"".join([chunk async for chunk in body_chunks(request, limit)])
+def queue_full(exc: QueueFullError) -> ApiError:
+    """HTTP 429 for a session whose queue is full, with when to try again."""
+    return ApiError(
+        429,
+        "queue_full",
+        str(exc),
+        headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))},
+    )
+
+
+async def drain(request: Request, limit: int) -> None:
+    """Reads what is left of the body and lets it go (at most ``limit`` bytes), so that a
+    refusal sent before the body was read reaches a client still sending it."""
+    seen = 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > limit:
+            return
+
+
+async def _json_object(
+    request: Request, limit: int, held: Reservation | None = None
+) -> dict[str, Any]:
+    body = b"".join([chunk async for chunk in body_chunks(request, limit, held)])
     if not body.strip():
         return {}
     try:
@@ -240,9 +277,15 @@ async def parse_fork(request: Request, config: ServerConfig) -> tuple[bool, Fork
     return wait, method
 
 
-async def parse_execute(request: Request, config: ServerConfig) -> ExecuteRequest:
-    """The body of ``POST /sessions/{id}/execute`` and its streaming form."""
-    data = await _json_object(request, config.max_body)
+async def parse_execute(
+    request: Request, config: ServerConfig, held: Reservation | None = None
+) -> ExecuteRequest:
+    """The body of ``POST /sessions/{id}/execute`` and its streaming form.
+
+    ``held`` is the execution's room in the session's queue: a body longer
+    than it holds is added to it as it is read (HTTP 429 past the cap).
+    """
+    data = await _json_object(request, config.max_body, held)
     _check_fields(data, ("code", "language", "timeout", "stdin"))
     if "code" not in data:
         raise ApiError(400, "invalid_request", "code is required")

@@ -13,26 +13,50 @@ is made, to be where the store says.
 
 An id is 128 random bits in hex, made by the server; anything else (``..``,
 ``%2e%2e``, a path) is refused as unknown before it reaches the file system.
+
+The store is also a budget (``usage``): each checkpoint is counted at the
+bytes it holds (its manifest's ``bytes``, or its files' apparent sizes), by
+the session it was made from, so a new one is refused before it is written
+when it would pass the operator's per-session or store-wide limit. What is
+older than the age policy goes (``expired``), and a checkpoint a crash left
+half made (no manifest) is removed when the server starts (``sweep``).
 """
 
 from __future__ import annotations
 
+import calendar
 import contextlib
+import logging
 import os
 import re
 import secrets
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import _disk
 from .._checkpoint import Checkpoint
 from .._exceptions import CheckpointError
 from .._remote_models import CheckpointInfo
-from .._workdir import Refused, open_folder, own_folder, remove_tree
+from .._workdir import Refused, list_tree, open_folder, own_folder, remove_tree
 
-__all__ = ["FOLDER", "CheckpointStore", "UnknownCheckpoint"]
+__all__ = ["FOLDER", "CheckpointStore", "Held", "UnknownCheckpoint"]
+
+log = logging.getLogger("kernelexec.server")
 
 FOLDER = ".checkpoints"
 _ID = re.compile(r"[0-9a-f]{32}")
+_STAMP = "%Y-%m-%dT%H:%M:%SZ"  # a manifest's "created", UTC
+
+
+@dataclass(frozen=True)
+class Held:
+    """What one checkpoint of the store holds: bytes, made from which session, when."""
+
+    size: int
+    session: str | None
+    created: float
 
 
 class UnknownCheckpoint(Exception):
@@ -52,11 +76,13 @@ class CheckpointStore:
         self.root = self.work_root / FOLDER
         self.suspends: dict[str, str] = {}  # checkpoint id -> the suspended session's id
         self.making: set[str] = set()  # ids being made: not listed, not deletable
+        self.held: dict[str, Held] = {}  # what each one holds (see ``sweep``)
 
     def new(self) -> tuple[str, Path]:
         """A new, empty checkpoint folder: its id and path.
 
         Raises:
+            DiskSpaceError: the disk is full.
             CheckpointError: the store cannot be written.
         """
         checkpoint_id = secrets.token_hex(16)
@@ -64,6 +90,8 @@ class CheckpointStore:
             # Made folder by folder with no link followed; a link in the way is moved aside.
             fd, _ = own_folder(self.work_root, [FOLDER, checkpoint_id, "-"])
         except OSError as exc:
+            if _disk.is_full(exc):
+                raise _disk.full(exc, "making a checkpoint folder") from None
             raise CheckpointError(f"cannot make a checkpoint in {self.root}: {exc}") from exc
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -125,11 +153,62 @@ class CheckpointStore:
 
     def remove(self, checkpoint_id: str) -> None:
         """Removes a checkpoint's folder, never following a link; absent is fine."""
+        self.held.pop(checkpoint_id, None)
         try:
             path = self.path(checkpoint_id)
         except UnknownCheckpoint:
             return
         remove_tree(path)
+
+    # -- the budget
+
+    def count(self, checkpoint_id: str, checkpoint: Checkpoint) -> Held:
+        """Counts a checkpoint (just made, or found at start) against the budget."""
+        size = checkpoint.manifest.get("bytes")
+        if type(size) is not int or size < 0:
+            size = _apparent_size(checkpoint.path)  # made before manifests said it
+        info = self.describe(checkpoint_id, checkpoint)
+        try:
+            created = float(calendar.timegm(time.strptime(checkpoint.created, _STAMP)))
+        except (ValueError, OverflowError):
+            created = time.time()
+        held = self.held[checkpoint_id] = Held(size, info.session, created)
+        return held
+
+    def usage(self, session_id: str | None = None) -> int:
+        """Bytes the store holds, or (given an id) those one session's checkpoints hold."""
+        return sum(
+            h.size for h in self.held.values() if session_id is None or h.session == session_id
+        )
+
+    def expired(self, max_age: float, now: float | None = None) -> list[str]:
+        """The ids of checkpoints older than ``max_age`` seconds, oldest first."""
+        cutoff = (time.time() if now is None else now) - max_age
+        old = [(h.created, i) for i, h in self.held.items() if h.created < cutoff]
+        return [i for _, i in sorted(old) if i not in self.making]
+
+    def sweep(self) -> None:
+        """At start: removes what a crash left half made, and counts the rest.
+
+        A folder of the store without a manifest is a checkpoint that was
+        being made when the server stopped: its id is one this store made,
+        so it is removed. A damaged one is kept (and listed as unreadable).
+        """
+        for checkpoint_id in self.ids():
+            try:
+                fd = open_folder(self.work_root, [FOLDER, checkpoint_id])
+            except OSError:
+                continue
+            try:
+                complete = _has(fd, "manifest.json")
+            finally:
+                os.close(fd)
+            if not complete:
+                log.info("removed checkpoint %s, left half made by a crash", checkpoint_id)
+                self.remove(checkpoint_id)
+                continue
+            with contextlib.suppress(UnknownCheckpoint, CheckpointError):
+                self.count(checkpoint_id, self.open(checkpoint_id))
 
     def describe(self, checkpoint_id: str, checkpoint: Checkpoint) -> CheckpointInfo:
         """The checkpoint as the API describes it (no server paths)."""
@@ -163,3 +242,15 @@ class CheckpointStore:
                 if not isinstance(exc, UnknownCheckpoint):
                     unreadable.append({"id": checkpoint_id, "message": str(exc)})
         return {"checkpoints": found, "unreadable": unreadable}
+
+
+def _has(folder: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def _apparent_size(path: Path) -> int:
+    return sum(e.size for e in list_tree(path, max_files=1_000_000).files)

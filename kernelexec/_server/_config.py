@@ -10,7 +10,9 @@ from .._exceptions import ConfigurationError
 from ._options import SessionPolicy
 from ._token import check_token
 
-__all__ = ["ServerConfig", "is_loopback"]
+__all__ = ["MIB", "ServerConfig", "is_loopback"]
+
+MIB = 1024 * 1024
 
 
 def is_loopback(host: str) -> bool:
@@ -47,6 +49,15 @@ class ServerConfig:
         pool_size: kernels kept started (and preloaded) for new sessions; 0 for none.
         preload: code every session's kernel runs before its first execution.
         policy: the session options clients may ask for (``SessionPolicy``).
+        max_queued: executions a session may hold not yet ended (queued or
+            running); one more gets HTTP 429 with Retry-After.
+        max_queued_bytes: request bytes those executions may hold together;
+            past it, 429 (or 413 for one body alone over it).
+        session_disk: bytes one session's checkpoints in the store may hold
+            together (apparent sizes), and a fork's copy of its files.
+        store_disk: bytes the whole checkpoint store may hold.
+        checkpoint_max_age: seconds a checkpoint is kept in the store (a
+            suspended session's too: the session is then culled); None forever.
     """
 
     token: str
@@ -63,9 +74,24 @@ class ServerConfig:
     pool_size: int = 0
     preload: str | None = None
     policy: SessionPolicy = field(default_factory=SessionPolicy)
+    max_queued: int = 32
+    max_queued_bytes: int = 64 * MIB
+    session_disk: int = 4096 * MIB
+    store_disk: int = 16384 * MIB
+    checkpoint_max_age: float | None = 7 * 86400.0
 
     def __post_init__(self) -> None:
         check_token(self.token)
+        if self.max_queued < 1:
+            raise ConfigurationError("--max-queued must be at least 1")
+        if self.max_queued_bytes < 1024:
+            raise ConfigurationError("--max-queued-mb must be at least 1 KiB")
+        if self.session_disk < 0 or self.store_disk < 0:
+            raise ConfigurationError("--session-disk-mb and --store-disk-mb cannot be negative")
+        if self.checkpoint_max_age is not None and not self.checkpoint_max_age > 0:
+            raise ConfigurationError(
+                "--checkpoint-max-age-days must be positive days (0 keeps checkpoints forever)"
+            )
         if self.pool_size < 0:
             raise ConfigurationError("--pool-size must be 0 or more")
         if self.max_sessions < 1:

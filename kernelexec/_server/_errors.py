@@ -10,7 +10,17 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-__all__ = ["ApiError", "JSONResponse", "exception_handlers"]
+from .. import _disk
+from .._exceptions import DiskSpaceError
+
+__all__ = [
+    "ApiError",
+    "JSONResponse",
+    "closed_meanwhile",
+    "disk_full",
+    "exception_handlers",
+    "no_room",
+]
 
 log = logging.getLogger("kernelexec.server")
 
@@ -20,10 +30,12 @@ _CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    410: "gone",
     413: "body_too_large",
     415: "unsupported_media_type",
     429: "too_many_sessions",
     503: "unavailable",
+    507: "insufficient_storage",
 }
 
 
@@ -43,17 +55,40 @@ class ApiError(Exception):
     check deep inside (say, a path leaving the work dir) ends the request at once.
     """
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = dict(headers or {})
 
     def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        headers = dict(self.headers)
+        if self.status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse(
-            {"error": self.code, "message": self.message}, status_code=self.status, headers=headers
+            {"error": self.code, "message": self.message},
+            status_code=self.status,
+            headers=headers or None,
         )
+
+
+def no_room(message: str) -> ApiError:
+    """HTTP 507: what was asked would not fit on the server's disk, or in its budgets."""
+    return ApiError(507, "insufficient_storage", message)
+
+
+def closed_meanwhile() -> ApiError:
+    return ApiError(409, "session_closed", "the session was closed meanwhile")
+
+
+def disk_full(exc: BaseException) -> ApiError:
+    """HTTP 507 for a ``DiskSpaceError``, or an ``OSError`` saying the disk is full."""
+    if isinstance(exc, OSError):
+        exc = _disk.full(exc, "writing to the server's disk")
+    return no_room(str(exc))
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -74,6 +109,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
+    if _disk.is_full(exc) or isinstance(exc, DiskSpaceError):
+        # Wherever a write met a full disk: the client learns it is the disk, not a bug.
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
+        return disk_full(exc).response()
     log.exception("unexpected error on %s %s", request.method, request.url.path)
     return ApiError(
         500, "internal", f"the server failed: {type(exc).__name__}; see the server's log"

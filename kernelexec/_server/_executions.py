@@ -33,11 +33,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from .._background import Execution, ExecutionEvent, start_execution
+from .._background import Execution, ExecutionEvent, Reservation, start_execution
 from .._live import OutputListener
 from .._models import ExecutionResult
 from ._errors import ApiError, JSONResponse
-from ._registry import Entry, Registry
+from ._registry import KEEP_FINISHED, Entry, Registry
 from ._results import result_json
 from ._sse import KEEPALIVE, frame
 
@@ -51,7 +51,6 @@ __all__ = [
     "location",
 ]
 
-KEEP_FINISHED = 16  # finished executions a session keeps (each with its events, capped)
 CANCEL_WAIT = 60.0  # seconds a cancel waits for the execution to end before answering
 _ID = re.compile(r"[0-9a-f]{32}")
 
@@ -67,14 +66,21 @@ def begin(
     language: str | None,
     max_chars: int,
     on_output: OutputListener | None = None,
+    reservation: Reservation | None = None,
 ) -> Execution:
     """Starts an execution on the session as a task of its own; its handle at once.
 
     ``execute(entry, listener, extra)`` runs the code with the session marked
     busy; an ``ApiError`` it raises (the session was deleted, no kernel
-    starts) is the execution's ``error``.
+    starts) is the execution's ``error``. ``reservation``, its room in the
+    session's queue, is released when it ends.
     """
-    entry = registry.get_live(session_id)
+    try:
+        entry = registry.get_live(session_id)
+    except BaseException:
+        if reservation is not None:
+            reservation.release()
+        raise
 
     async def run(listener: OutputListener) -> ExecutionResult:
         async with registry.using(session_id) as used:  # busy: never suspended meanwhile
@@ -83,7 +89,7 @@ def begin(
     execution = start_execution(
         run, code=code, language=language, on_output=on_output, max_chars=max_chars
     )
-    entry.execution_store.add(execution)
+    entry.execution_store.add(execution, reservation)
     return execution
 
 
@@ -234,8 +240,10 @@ def _answers(ok: tuple[str, str, dict[str, Any]], *errors: int) -> dict[str, Any
         404: "No such session (session_not_found) or execution (execution_not_found)",
         409: "The session was culled, closed or deleted; for a cancel, the execution "
         "had already finished (execution_finished)",
-        413: "Body over --max-body-mb (any route)",
-        429: "At --max-sessions",
+        410: "The session's kernel was lost when the server restarted (session_lost)",
+        413: "Body over --max-body-mb (any route), or over --max-queued-mb (execution_too_large)",
+        429: "The session's queue is full (queue_full: --max-queued, --max-queued-mb); "
+        "Retry-After says when to try again",
         503: "The server is shutting down",
     }
     error = {"content": {"application/json": {"schema": _schema_ref("Error")}}}
@@ -343,7 +351,7 @@ def execution_paths(
                 "summary": "Start code in the background: 202 with its id at once",
                 "requestBody": execute_body,
                 "responses": _linked(
-                    _answers(("202", "Started (or queued)", json_of), 400, 404, 409, 503)
+                    _answers(("202", "Started (or queued)", json_of), 400, 404, 409, 410, 429, 503)
                 ),
             },
         },

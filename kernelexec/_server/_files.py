@@ -20,9 +20,10 @@ from typing import BinaryIO, Literal
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .. import _workdir
+from .. import _disk, _workdir
+from .._exceptions import DiskSpaceError
 from .._remote_models import FileInfo
-from ._errors import ApiError
+from ._errors import ApiError, disk_full
 
 __all__ = ["MAX_LISTED", "FileBody", "download", "list_files", "read_notebook", "write_file"]
 
@@ -121,7 +122,12 @@ def download(root: Path, raw: str, *, head: bool = False) -> FileBody:
 
 
 async def write_file(
-    root: Path, raw: str, chunks: AsyncIterator[bytes], *, notebook: Path | None = None
+    root: Path,
+    raw: str,
+    chunks: AsyncIterator[bytes],
+    *,
+    notebook: Path | None = None,
+    size: int = 0,
 ) -> FileInfo:
     """Writes an upload to ``raw`` in ``root``: whole, or (on any failure) not at all.
 
@@ -130,9 +136,12 @@ async def write_file(
         raw: the path, relative to it.
         chunks: the body.
         notebook: the session's transcript, which an upload may not replace.
+        size: the length the client declared, checked against the disk's room.
 
     Raises:
-        ApiError: the path is refused (4xx, saying why), or the body failed.
+        ApiError: the path is refused (4xx, saying why), the disk has no room
+            for it (507; for a declared length, before a byte is written), or
+            the body failed.
     """
     try:
         parts = _workdir.parts_of(raw)
@@ -146,11 +155,22 @@ async def write_file(
         upload = _workdir.Upload(root, parts)
     except _workdir.Refused as exc:
         raise _api_error(exc, "write") from None
+    except OSError as exc:
+        if _disk.is_full(exc):
+            raise disk_full(exc) from None
+        raise
+    try:
+        _disk.check(size, root, budget=None, what=f"the upload of {raw[:200]!r}", setting="")
+    except DiskSpaceError as exc:
+        upload.abort()
+        raise disk_full(exc) from None
     try:
         async for chunk in chunks:
             await asyncio.to_thread(upload.write, chunk)
-    except BaseException:
+    except BaseException as exc:
         upload.abort()
+        if _disk.is_full(exc):
+            raise disk_full(exc) from None
         raise
     try:
         info = upload.commit()

@@ -44,12 +44,18 @@ def _errors(*statuses: int) -> dict[str, Any]:
         "could not be made (checkpoint_failed), holds a suspended session "
         "(checkpoint_in_use) or was made by another Python or package versions "
         "(checkpoint_incompatible)",
-        413: "Body over --max-body-mb (any route)",
+        410: "The session's kernel was lost when the server restarted (session_lost); "
+        "its files and transcript are kept",
+        413: "Body over --max-body-mb (any route); an execution's body over --max-queued-mb "
+        "(execution_too_large)",
         422: "A session option's value cannot be used (over a cap, a path for a venv "
         "name, preload code that fails, a package that does not install), or a "
         "checkpoint is damaged (checkpoint_damaged) or failed to load (restore_failed)",
-        429: "At --max-sessions (forks, and suspended sessions resuming, count too)",
+        429: "At --max-sessions (forks, and suspended sessions resuming, count too), or the "
+        "session's queue is full (queue_full: --max-queued, --max-queued-mb; see Retry-After)",
         503: "Kernel start failed, or the server is shutting down",
+        507: "Not enough room on the server's disk, or past its checkpoint budgets "
+        "(--session-disk-mb, --store-disk-mb); nothing was written",
     }
     return {str(s): _json(_ref("Error"), said[s]) for s in sorted({401, 413, *statuses})}
 
@@ -279,7 +285,7 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
             ],
             "properties": {
                 "id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
-                "state": {"enum": ["starting", "idle", "busy", "suspended", "culled"]},
+                "state": {"enum": ["starting", "idle", "busy", "suspended", "culled", "lost"]},
                 "kernel_name": text,
                 "timeout": {"type": "number"},
                 "created": {"type": "number"},
@@ -556,7 +562,7 @@ def _jupyter_paths() -> dict[str, Any]:
             "parameters": kernel,
             "post": _op(
                 "Interrupt a kernel",
-                {"204": {"description": "Interrupted"}, **_errors(404, 409)},
+                {"204": {"description": "Interrupted"}, **_errors(404, 409, 410)},
                 **tags,
             ),
         },
@@ -564,7 +570,10 @@ def _jupyter_paths() -> dict[str, Any]:
             "parameters": kernel,
             "post": _op(
                 "Restart a kernel (recorded in its session's transcript)",
-                {"200": _json(_ref("Kernel"), "Restarted"), **_errors(404, 409, 429, 503)},
+                {
+                    "200": _json(_ref("Kernel"), "Restarted"),
+                    **_errors(404, 409, 410, 429, 503, 507),
+                },
                 **tags,
             ),
         },
@@ -593,7 +602,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                 "Create a session and start its kernel (restoring a checkpoint if given)",
                 {
                     "201": _json(_ref("Session"), "Created (restore_report: from a checkpoint)"),
-                    **_errors(400, 403, 404, 409, 422, 429, 503),
+                    **_errors(400, 403, 404, 409, 422, 429, 503, 507),
                 },
                 requestBody={"content": {_JSON: {"schema": _ref("CreateSession")}}},
             ),
@@ -625,7 +634,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                 "Run code; the ExecutionResult",
                 {
                     "200": _json(_ref("ExecutionResult"), "What the code did, failures included"),
-                    **_errors(400, 404, 409, 413, 429, 503),
+                    **_errors(400, 404, 409, 410, 413, 429, 503, 507),
                 },
                 requestBody=execute_body,
             ),
@@ -640,7 +649,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                         "'dropped' for those left out, then 'result' (or 'error')",
                         "content": {"text/event-stream": {"itemSchema": _ref("Event")}},
                     },
-                    **_errors(400, 404, 409, 413, 429, 503),
+                    **_errors(400, 404, 409, 410, 413, 429, 503, 507),
                 },
                 requestBody=execute_body,
             ),
@@ -649,14 +658,17 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
             "parameters": session,
             "post": _op(
                 "Interrupt what the kernel runs",
-                {"200": _json(_ref("Session"), "Interrupted"), **_errors(404, 409)},
+                {"200": _json(_ref("Session"), "Interrupted"), **_errors(404, 409, 410)},
             ),
         },
         "/sessions/{session_id}/restart": {
             "parameters": session,
             "post": _op(
                 "Replace the kernel; state is lost",
-                {"200": _json(_ref("Session"), "Restarted"), **_errors(404, 409, 429, 503)},
+                {
+                    "200": _json(_ref("Session"), "Restarted"),
+                    **_errors(404, 409, 410, 429, 503, 507),
+                },
             ),
         },
         "/sessions/{session_id}/fork": {
@@ -665,7 +677,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                 "Fork the session: a new session with a copy of its live state and files",
                 {
                     "201": _json(_ref("Session"), "The new session, with its fork_report"),
-                    **_errors(400, 404, 409, 429, 503),
+                    **_errors(400, 404, 409, 410, 429, 503, 507),
                 },
                 requestBody={"content": {_JSON: {"schema": _ref("ForkBody")}}},
             ),
@@ -676,7 +688,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                 "Checkpoint the session's variables, imports and files into the server's store",
                 {
                     "201": _json(_ref("Checkpoint"), "The checkpoint"),
-                    **_errors(400, 404, 409, 503),
+                    **_errors(400, 404, 409, 410, 429, 503, 507),
                 },
                 requestBody={"content": {_JSON: {"schema": _ref("CheckpointBody")}}},
             ),
@@ -702,7 +714,10 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
             "parameters": session,
             "get": _op(
                 "The kernel's variables, without running a cell (answers while one runs)",
-                {"200": _json(_ref("VariableList"), "The variables"), **_errors(404, 409, 503)},
+                {
+                    "200": _json(_ref("VariableList"), "The variables"),
+                    **_errors(404, 409, 410, 429, 503, 507),
+                },
             ),
         },
         "/sessions/{session_id}/variables/{name}": {
@@ -711,7 +726,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
                 "One variable in more detail (a DataFrame's columns, dtypes and head)",
                 {
                     "200": _json(_ref("VariableDetail"), "The variable"),
-                    **_errors(404, 409, 503),
+                    **_errors(404, 409, 410, 429, 503, 507),
                 },
             ),
         },
@@ -736,7 +751,10 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
             ),
             "put": _op(
                 "Upload a file (the body is its bytes)",
-                {"201": _json(_ref("FileInfo"), "Written"), **_errors(400, 403, 404, 409, 413)},
+                {
+                    "201": _json(_ref("FileInfo"), "Written"),
+                    **_errors(400, 403, 404, 409, 413, 507),
+                },
                 requestBody={
                     "required": True,
                     "content": {

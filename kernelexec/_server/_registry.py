@@ -1,10 +1,9 @@
-"""The server's sessions: created, forked, looked up, suspended when idle, closed at exit.
+"""The server's sessions: created, forked, checkpointed, looked up, closed at exit.
 
-A session idle past the idle timeout is suspended (``_suspend``): its
-variables are checkpointed into the server's checkpoint store and its kernel
-shut down; the next request that needs a kernel restores them into a new one
-in the same work dir first. One that cannot be checkpointed is culled, as every
-idle session is with ``suspend`` off: its kernel is shut down and its state lost.
+Idle sessions are suspended, culled and resumed by ``_idle``. Each session
+has a record on disk (``_records``), so a restarted server lists its sessions
+again (``recover``): suspended ones resume on their next execution, live ones
+are "lost" (HTTP 410, saying why) rather than unknown.
 """
 
 from __future__ import annotations
@@ -12,117 +11,59 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from .. import _disk, _workdir
 from .._background import ExecutionStore
-from .._checkpoint import Checkpoint, RestoreReport
+from .._checkpoint import Checkpoint
 from .._exceptions import (
     CheckpointError,
     ConfigurationError,
+    DiskSpaceError,
     IncompatibleCheckpointError,
     KernelStartError,
     SessionBusyError,
     SessionClosedError,
 )
-from .._fork import ForkMethod, ForkReport
+from .._fork import ForkMethod
 from .._pool import KernelPool
-from .._remote_models import CheckpointInfo, SessionInfo, SessionState
+from .._remote_models import CheckpointInfo
 from .._session import AsyncSession
 from .._workdir import remove_tree
 from ._bodies import CreateRequest
-from ._checkpoints import CheckpointStore, UnknownCheckpoint
+from ._checkpoints import CheckpointStore, Held, UnknownCheckpoint
 from ._config import ServerConfig
-from ._errors import ApiError
-from ._options import SessionOptions
+from ._entry import Entry, culled_text
+from ._errors import ApiError, closed_meanwhile, no_room
+from ._idle import (
+    CHECKPOINT_TIMEOUT,
+    VARIABLE_TIMEOUT,
+    cull_idle,
+    expire_checkpoints,
+    housekeep_forever,
+    restore_into,
+    resume,
+    with_id,
+)
+from ._options import OptionError, SessionOptions, parse_options
+from ._records import Record, Records, sweep_staging
 
 __all__ = ["Entry", "Registry"]
 
 log = logging.getLogger("kernelexec.server")
 
 _ID = re.compile(r"[0-9a-f]{32}")
-CHECKPOINT_TIMEOUT = 300.0  # seconds a checkpoint (or a restore) may take in the kernel
-VARIABLE_TIMEOUT = 30.0  # seconds one variable may take to pickle or load
-
-
-@dataclass
-class Entry:
-    """One session and what the server tracks about it."""
-
-    id: str
-    session: AsyncSession
-    kernel_name: str
-    timeout: float
-    options: SessionOptions = field(default_factory=SessionOptions)
-    env: dict[str, str] = field(default_factory=dict)
-    created: float = field(default_factory=time.time)
-    last_activity: float = field(default_factory=time.time)
-    executions: int = 0
-    busy: int = 0  # requests using the kernel now (executions, restarts)
-    starting: bool = True
-    culled: bool = False
-    deleted: bool = False
-    suspending: bool = False  # its state is being checkpointed, to suspend it
-    suspend_id: str | None = None  # suspended: the checkpoint holding its state
-    idle_for: float = 0.0  # seconds it was idle when suspended or culled
-    why_culled: str | None = None  # culled though suspending was on: why
-    resumed: RestoreReport | None = None  # for the next execution's result to tell
-    fork_report: ForkReport | None = None
-    restore_report: RestoreReport | None = None
-    # Held while the session is suspended or woken: a request waits for either to end.
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
-    start_task: asyncio.Future[AsyncSession] | None = field(default=None, repr=False)
-    # Its executions by id (kernelexec._server._executions): running ones, and the last finished.
-    execution_store: ExecutionStore = field(default_factory=ExecutionStore, repr=False)
-
-    @property
-    def suspended(self) -> bool:
-        return self.suspend_id is not None
-
-    @property
-    def state(self) -> SessionState:
-        if self.culled:
-            return "culled"
-        if self.suspended or self.suspending:
-            return "suspended"
-        if self.starting:
-            return "starting"
-        return "busy" if self.busy else "idle"
-
-    @property
-    def work_dir(self) -> Path:
-        return self.session.work_dir
-
-    def info(self) -> SessionInfo:
-        return SessionInfo(
-            self.id,
-            self.state,
-            self.kernel_name,
-            self.timeout,
-            self.created,
-            self.last_activity,
-            self.executions,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The session as the API describes it: its info, and the options it was made with."""
-        data = self.info().to_dict() | {"options": self.options.to_dict()}
-        if self.culled:
-            data["message"] = _culled_text(self)
-        elif self.suspended:
-            data["message"] = (
-                f"suspended after {self.idle_for:.0f} s idle: its state is in checkpoint "
-                f"{self.suspend_id}; the next execution restores it into a new kernel"
-            )
-        return data
-
-    def touch(self) -> None:
-        self.last_activity = time.time()
+KEEP_FINISHED = 16  # finished executions a session keeps (each with its events, capped)
+LOST = (
+    "the server restarted, and this session's kernel (and the state it held) was lost "
+    "with the old server; its files and transcript are kept in its work dir "
+    "(GET .../files, .../notebook); create a new session"
+)
 
 
 class Registry:
@@ -136,10 +77,11 @@ class Registry:
         self.config = config
         self.root = config.work_root.expanduser().resolve()
         self.store = CheckpointStore(self.root)
+        self.records = Records(self.root, config.token)
         self._entries: dict[str, Entry] = {}
         self._closing = False
-        self._reserved = 0  # kernels being made for forks and resumes
-        self._tasks: set[asyncio.Task[None]] = set()  # suspends under way
+        self.reserved = 0  # kernels being made for forks and resumes
+        self.tasks: set[asyncio.Task[None]] = set()  # suspends under way
         self.pool: KernelPool | None = None
 
     def start_pool(self) -> None:
@@ -152,11 +94,11 @@ class Registry:
         return self._closing
 
     def _live(self) -> int:
-        """Sessions holding a kernel (or about to): culled and suspended ones hold none."""
-        held = sum(not (e.culled or e.suspended) for e in self._entries.values())
-        return held + self._reserved
+        """Sessions holding a kernel (or about to): culled, suspended and lost ones hold none."""
+        held = sum(not (e.culled or e.suspended or e.lost) for e in self._entries.values())
+        return held + self.reserved
 
-    def _check_room(self, what: str = "") -> None:
+    def check_room(self, what: str = "") -> None:
         if self._live() >= self.config.max_sessions:
             raise ApiError(
                 429,
@@ -166,7 +108,7 @@ class Registry:
                 "idle ones to be suspended",
             )
 
-    def _kwargs(
+    def session_kwargs(
         self, kernel_name: str, env: dict[str, str], timeout: float, options: SessionOptions
     ) -> dict[str, Any]:
         """``AsyncSession``'s arguments for a session with these settings (a new backend)."""
@@ -179,28 +121,28 @@ class Registry:
     async def create(self, request: CreateRequest) -> Entry:
         """Starts a session's kernel (restoring a checkpoint into it if asked); HTTP 429
         past ``max_sessions``, 404 for an unknown checkpoint, 422 for a damaged one."""
-        self._refuse_if_closing()
+        self.refuse_if_closing()
         # A bad checkpoint is refused before any kernel starts.
         saved = self.open_checkpoint(request.checkpoint) if request.checkpoint else None
-        self._check_room()
+        self.check_room()
         session_id = secrets.token_hex(16)
         options = request.options
         settings = (request.kernel_name, request.env, request.timeout, options)
         try:
-            session = AsyncSession(self.root / session_id, **self._kwargs(*settings))
+            session = AsyncSession(self.root / session_id, **self.session_kwargs(*settings))
         except ConfigurationError as exc:
             raise ApiError(503, "work_root_unusable", str(exc)) from None
         entry = Entry(
             session_id, session, request.kernel_name, request.timeout, options, dict(request.env)
         )
-        self._entries[session_id] = entry  # counted against the limit while it starts
+        self._register(entry)  # counted against the limit while it starts
 
         async def start() -> AsyncSession:
             if saved is None:
                 return await session.start()
-            restored = await _restore(saved, entry.work_dir, self._kwargs(*settings))
+            restored = await restore_into(saved, entry.work_dir, self.session_kwargs(*settings))
             entry.session = restored  # before anything else: a DELETE closes this one
-            entry.restore_report = _with_id(restored.restore_report, request.checkpoint)
+            entry.restore_report = with_id(restored.restore_report, request.checkpoint)
             return restored
 
         # A task of its own, so that a DELETE meanwhile can wait for the start
@@ -220,6 +162,8 @@ class Registry:
                 await entry.session.close()
             if entry.deleted and isinstance(exc, Exception):
                 pass  # deleted meanwhile: what the creator needs to know is the 409 below
+            elif isinstance(exc, DiskSpaceError):
+                raise no_room(f"cannot restore the checkpoint: {exc}") from None
             elif isinstance(exc, CheckpointError):
                 raise _restore_refused(exc) from None
             elif isinstance(exc, ConfigurationError):
@@ -245,8 +189,53 @@ class Registry:
                 f"session {session_id} was deleted (DELETE /sessions/{{id}}) while its "
                 "kernel was starting; create a new session",
             )
+        try:
+            await asyncio.to_thread(self.records.write, entry.record())
+        except OSError as exc:
+            # A session the server could not find again after a restart is not made.
+            self._entries.pop(session_id, None)
+            await entry.session.close()
+            if _disk.is_full(exc):
+                raise no_room(f"cannot record the new session: {_disk.full(exc, 'it')}") from None
+            raise ApiError(503, "work_root_unusable", f"cannot record the session: {exc}") from None
         entry.touch()
         return entry
+
+    async def save(self, entry: Entry) -> bool:
+        """Rewrites the session's record; False (logged) if it cannot be written."""
+        try:
+            await asyncio.to_thread(self.records.write, entry.record())
+        except OSError as exc:
+            log.warning("cannot write the record of session %s: %s", entry.id, exc)
+            return False
+        return True
+
+    def _register(self, entry: Entry) -> None:
+        """Lists the session, its execution queue bounded by the server's caps."""
+        entry.execution_store = ExecutionStore(
+            KEEP_FINISHED,
+            max_queued=self.config.max_queued,
+            max_queued_code=self.config.max_queued_bytes,
+            named="the server's --max-queued and --max-queued-mb",
+            unit="bytes",
+        )
+        self._entries[entry.id] = entry
+
+    def lookup(self, session_id: str) -> Entry | None:
+        """The session by id, or None."""
+        return self._entries.get(session_id)
+
+    async def cull_idle(self) -> list[str]:
+        """Suspends (or culls) the sessions idle past the idle timeout; their ids."""
+        return await cull_idle(self)
+
+    async def housekeep_forever(self) -> None:
+        """Suspends idle sessions and applies the store's age policy, until cancelled."""
+        await housekeep_forever(self)
+
+    async def expire_checkpoints(self) -> list[str]:
+        """Removes the checkpoints older than the age policy; their ids."""
+        return await expire_checkpoints(self)
 
     def get(self, session_id: str) -> Entry:
         """The session, culled or not; HTTP 404 for an unknown or malformed id."""
@@ -261,11 +250,14 @@ class Registry:
         return entry
 
     def get_live(self, session_id: str) -> Entry:
-        """The session, which must have a kernel or be suspended; HTTP 409 once culled."""
+        """The session, which must have a kernel or be suspended; HTTP 409 once culled,
+        410 once lost in a restart."""
         entry = self.get(session_id)
-        self._refuse_if_closing()
+        self.refuse_if_closing()
+        if entry.lost is not None:
+            raise ApiError(410, "session_lost", f"session {entry.id}: {entry.lost}")
         if entry.culled:
-            raise ApiError(409, "session_culled", _culled_text(entry))
+            raise ApiError(409, "session_culled", culled_text(entry))
         if entry.session.closed and not (entry.suspended or entry.suspending):
             raise ApiError(
                 409,
@@ -289,11 +281,11 @@ class Registry:
         try:
             async with entry.lock:  # a suspend under way ends first
                 if entry.culled:
-                    raise ApiError(409, "session_culled", _culled_text(entry))
+                    raise ApiError(409, "session_culled", culled_text(entry))
                 if entry.deleted:
-                    raise _closed_meanwhile()
+                    raise closed_meanwhile()
                 if entry.suspended:
-                    await self._resume(entry)
+                    await resume(self, entry)
         except BaseException:
             self.release(entry)
             raise
@@ -321,7 +313,7 @@ class Registry:
         try:
             await entry.session.interrupt()
         except SessionClosedError:
-            raise _closed_meanwhile() from None
+            raise closed_meanwhile() from None
         return entry
 
     async def restart(self, session_id: str) -> Entry:
@@ -330,7 +322,7 @@ class Registry:
             try:
                 await entry.session.restart()
             except SessionClosedError:
-                raise _closed_meanwhile() from None
+                raise closed_meanwhile() from None
             except KernelStartError as exc:
                 raise ApiError(503, "kernel_start_failed", str(exc)) from None
         return entry
@@ -342,11 +334,22 @@ class Registry:
         400 for ``method="process"`` of a kernel that cannot be forked so.
         """
         async with self.using(session_id) as parent:
-            self._check_room("; a fork is a session too")
+            self.check_room("; a fork is a session too")
             child_id = secrets.token_hex(16)
-            self._reserved += 1
+            self.reserved += 1
             try:
-                child = await parent.session.fork(self.root / child_id, wait=wait, method=method)
+                child = await parent.session.fork(
+                    self.root / child_id,
+                    wait=wait,
+                    method=method,
+                    max_bytes=self.config.session_disk,
+                )
+            except DiskSpaceError as exc:
+                await asyncio.to_thread(self._remove_work_dir, child_id)
+                raise no_room(
+                    f"cannot fork: {exc} (this server lets a fork copy "
+                    f"{_disk.shown(self.config.session_disk)} of files: --session-disk-mb)"
+                ) from None
             except SessionBusyError:
                 raise ApiError(
                     409,
@@ -355,7 +358,7 @@ class Registry:
                     '{"wait": true} to fork it when the execution ends',
                 ) from None
             except SessionClosedError:
-                raise _closed_meanwhile() from None
+                raise closed_meanwhile() from None
             except CheckpointError as exc:
                 raise ApiError(409, "checkpoint_failed", f"cannot fork: {exc}") from None
             except ConfigurationError as exc:
@@ -363,10 +366,10 @@ class Registry:
             except KernelStartError as exc:
                 raise ApiError(503, "kernel_start_failed", f"cannot fork: {exc}") from None
             finally:
-                self._reserved -= 1
+                self.reserved -= 1
             if self._closing:
                 await child.close()
-                self._refuse_if_closing()
+                self.refuse_if_closing()
             entry = Entry(
                 child_id,
                 child,
@@ -377,38 +380,98 @@ class Registry:
                 starting=False,
                 fork_report=child.fork_report,
             )
-            self._entries[child_id] = entry
+            self._register(entry)
+            await self.save(entry)
         return entry
 
+    def _remove_work_dir(self, session_id: str) -> None:
+        """Removes the work dir of a session this server just failed to make (no link followed)."""
+        try:
+            root = _workdir.open_folder(self.root, [])
+        except OSError:
+            return
+        try:
+            _workdir.remove_in(root, session_id)
+        finally:
+            os.close(root)
+
     async def checkpoint(self, session_id: str, *, files: bool) -> CheckpointInfo:
-        """Checkpoints the session's state (and files) into the store; HTTP 409 if it cannot."""
+        """Checkpoints the session's state (and files) into the store.
+
+        HTTP 507 if it would not fit (the disk, or the server's budgets: refused
+        before anything is written), 409 if it cannot be made.
+        """
         async with self.using(session_id) as entry:
-            checkpoint_id, saved = await self._checkpoint(entry, files=files)
+            try:
+                checkpoint_id, saved = await self.make_checkpoint(entry, files=files)
+            except DiskSpaceError as exc:
+                raise no_room(f"{exc}{self._budget_note(entry.id)}") from None
+            except SessionClosedError:
+                raise closed_meanwhile() from None
+            except CheckpointError as exc:
+                raise ApiError(
+                    409, "checkpoint_failed", f"the session's state could not be saved: {exc}"
+                ) from None
         return self.store.describe(checkpoint_id, saved)
 
-    async def _checkpoint(self, entry: Entry, *, files: bool) -> tuple[str, Checkpoint]:
+    async def make_checkpoint(self, entry: Entry, *, files: bool) -> tuple[str, Checkpoint]:
+        """A new checkpoint of the session in the store, within its budgets.
+
+        Raises:
+            DiskSpaceError: it would pass the session's or the store's budget,
+                or the room on disk; nothing is kept.
+            CheckpointError: it could not be made (``transient`` says if it may pass).
+            SessionClosedError: the session was closed meanwhile.
+        """
+        budget = self._checkpoint_budget(entry.id)
         try:
             checkpoint_id, path = await asyncio.to_thread(self.store.new)
         except CheckpointError as exc:
             raise ApiError(503, "checkpoint_store_unusable", str(exc)) from None
+        # Counted at its budget while it is made, so two at once cannot both pass it.
+        self.store.held[checkpoint_id] = Held(budget, entry.id, time.time())
         try:
             await entry.session.checkpoint(
-                path, files=files, timeout=CHECKPOINT_TIMEOUT, variable_timeout=VARIABLE_TIMEOUT
+                path,
+                files=files,
+                timeout=CHECKPOINT_TIMEOUT,
+                variable_timeout=VARIABLE_TIMEOUT,
+                max_bytes=budget,
             )
             self.store.done(checkpoint_id)
             # Read back through the store, no link followed: it is where it should be.
             saved = await asyncio.to_thread(self.store.open, checkpoint_id)
+            self.store.count(checkpoint_id, saved)
         except BaseException as exc:
             self.store.done(checkpoint_id)
             await asyncio.to_thread(self.store.remove, checkpoint_id)
-            if isinstance(exc, SessionClosedError):
-                raise _closed_meanwhile() from None
-            if isinstance(exc, (CheckpointError, UnknownCheckpoint)):
-                raise ApiError(
-                    409, "checkpoint_failed", f"the session's state could not be saved: {exc}"
-                ) from None
+            if isinstance(exc, UnknownCheckpoint):
+                raise CheckpointError(f"it is not where it was made ({exc})") from None
             raise
         return checkpoint_id, saved
+
+    def _checkpoint_budget(self, session_id: str) -> int:
+        """Bytes a new checkpoint of the session may hold; DiskSpaceError if none."""
+        left = min(
+            self.config.session_disk - self.store.usage(session_id),
+            self.config.store_disk - self.store.usage(),
+        )
+        if left <= 0:
+            raise DiskSpaceError(
+                "there is no room left for another checkpoint; nothing was written. Delete "
+                "checkpoints you no longer need (DELETE /checkpoints/{id})"
+                + self._budget_note(session_id)
+            )
+        return left
+
+    def _budget_note(self, session_id: str) -> str:
+        config, store = self.config, self.store
+        return (
+            f" (this server's budgets: {_disk.shown(config.session_disk)} for one session's "
+            f"checkpoints, --session-disk-mb, of which this session's hold "
+            f"{_disk.shown(store.usage(session_id))}; {_disk.shown(config.store_disk)} for "
+            f"all of them, --store-disk-mb, of which {_disk.shown(store.usage())} are held)"
+        )
 
     def open_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint of the store; HTTP 404 if unknown, 422 if damaged."""
@@ -440,7 +503,7 @@ class Registry:
 
         A session still starting is forgotten at once (its creator is told
         with a 409) and shut down as soon as its start ends. A suspended
-        session's checkpoint is removed with it.
+        session's checkpoint is removed with it, and so is its record.
         """
         entry = self.get(session_id)
         del self._entries[session_id]
@@ -452,6 +515,7 @@ class Registry:
         await entry.session.close()  # a checkpoint under way for a suspend fails at once
         async with entry.lock:  # a resume under way ends first (and closes what it made)
             await entry.session.close()
+            await asyncio.to_thread(self.records.remove, entry.id)
             if entry.suspend_id is not None:
                 self.store.suspends.pop(entry.suspend_id, None)
                 await asyncio.to_thread(self.store.remove, entry.suspend_id)
@@ -460,116 +524,77 @@ class Registry:
             await asyncio.to_thread(remove_tree, entry.work_dir)
         return entry
 
-    async def cull_idle(self) -> list[str]:
-        """Suspends (or culls) the sessions idle past the idle timeout; their ids.
+    async def recover(self) -> None:
+        """At start: sweeps what a crash left, and lists the sessions the records name.
 
-        Each runs as a task of its own, so a slow checkpoint holds up no other.
+        Half-made checkpoints and staging folders are removed; a suspended
+        session is suspended again (its checkpoint checked to be its own), a
+        culled one culled, and one that was live is lost, saying why.
         """
-        if self.config.idle_timeout is None or self._closing:
-            return []
-        deadline = time.time() - self.config.idle_timeout
-        idle = [
-            e
-            for e in self._entries.values()
-            if not (e.culled or e.suspended or e.suspending or e.starting or e.busy)
-            and e.last_activity < deadline
-        ]
-        for entry in idle:
-            entry.suspending = True  # before the await: its state says so at once
-            task = asyncio.get_running_loop().create_task(self._suspend(entry))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        return [e.id for e in idle]
+        await asyncio.to_thread(self.store.sweep)
+        records, refused = await asyncio.to_thread(self.records.load)
+        if refused:
+            log.warning(
+                "%d session records in %s were not trusted (written with another token, "
+                "or changed) and were left as they are; restart with the token that wrote "
+                "them to list those sessions again",
+                refused,
+                self.records.work_root / ".sessions",
+            )
+        claimed: set[str] = set()
+        for record in sorted(records, key=lambda r: r.created):
+            swept = await asyncio.to_thread(sweep_staging, self.root, record.id)
+            if swept:
+                log.info("removed %d staging folders a crash left in session %s", swept, record.id)
+            self._register(await self._recovered(record, claimed))
+        await expire_checkpoints(self)
 
-    async def cull_forever(self) -> None:
-        """Suspends (or culls) idle sessions every few seconds until cancelled."""
-        if self.config.idle_timeout is None:
-            return
-        period = min(max(self.config.idle_timeout / 4, 0.2), 10.0)
-        while True:
-            await asyncio.sleep(period)
-            await self.cull_idle()
-
-    async def _suspend(self, entry: Entry) -> None:
-        """Checkpoints an idle session and shuts its kernel down; culls it if that fails."""
+    async def _recovered(self, record: Record, claimed: set[str]) -> Entry:
+        """The entry of a session a record names, as it was when the server stopped."""
+        lost: str | None = None
         try:
-            async with entry.lock:
-                if entry.busy or entry.deleted or self._closing or entry.session.closed:
-                    return  # used (or going) since it was found idle
-                entry.idle_for = time.time() - entry.last_activity
-                if not self.config.suspend:
-                    await self._cull(entry, None)
-                    return
-                try:
-                    checkpoint_id, _ = await self._checkpoint(entry, files=False)
-                except ApiError as exc:
-                    if not (entry.busy or entry.deleted or self._closing):
-                        await self._cull(entry, exc.message)
-                    return
-                if entry.busy or entry.deleted or self._closing:
-                    # A request came while the state was saved: it runs on this kernel.
-                    await asyncio.to_thread(self.store.remove, checkpoint_id)
-                    return
-                entry.suspend_id = checkpoint_id
-                self.store.suspends[checkpoint_id] = entry.id
-                await entry.session.close()
-                log.info(
-                    "suspended session %s after %.0f s idle (checkpoint %s)",
-                    entry.id,
-                    entry.idle_for,
-                    checkpoint_id,
+            options = parse_options(record.options, self.config.policy)
+        except OptionError as exc:
+            options, lost = (
+                SessionOptions(),
+                (
+                    f"the server restarted, and the options this session was made with are no "
+                    f"longer allowed ({exc.message}); its files are kept; create a new session"
+                ),
+            )
+        # A stand-in until it resumes: closed, never started, no kernel of its own.
+        session = AsyncSession(self.root / record.id, timeout=record.timeout)
+        await session.close()
+        entry = Entry(
+            record.id,
+            session,
+            record.kernel_name,
+            record.timeout,
+            options,
+            dict(record.env),
+            created=record.created,
+            starting=False,
+            idle_for=record.idle_for,
+        )
+        checkpoint = record.checkpoint
+        if lost is None and record.state == "culled":
+            entry.culled, entry.why_culled = True, record.why_culled
+        elif lost is None and record.state == "suspended" and checkpoint is not None:
+            held = self.store.held.get(checkpoint)
+            if held is None or held.session != record.id or checkpoint in claimed:
+                lost = (
+                    f"the server restarted, and the checkpoint holding this suspended "
+                    f"session's state ({checkpoint}) is gone or is not this session's; its "
+                    "files are kept; create a new session"
                 )
-        finally:
-            entry.suspending = False
-
-    async def _cull(self, entry: Entry, why: str | None) -> None:
-        entry.culled, entry.why_culled = True, why
-        await entry.session.close()
-        log.info("culled session %s after %.0f s idle%s", entry.id, entry.idle_for, _why(why))
-
-    async def _resume(self, entry: Entry) -> None:
-        """Restores a suspended session into a new kernel in its work dir; the lock is held.
-
-        A checkpoint that cannot be restored leaves a new, empty kernel, and
-        the report says why. HTTP 429 at ``max_sessions``, 503 if no kernel
-        starts: the session stays suspended.
-        """
-        assert entry.suspend_id is not None
-        self._refuse_if_closing()
-        self._check_room("; a suspended session needs a kernel of its own to resume")
-        settings = (entry.kernel_name, entry.env, entry.timeout, entry.options)
-        self._reserved += 1
-        try:
-            try:
-                saved = await asyncio.to_thread(self.store.open, entry.suspend_id)
-                session = await _restore(saved, entry.work_dir, self._kwargs(*settings))
-                report = _with_id(session.restore_report, entry.suspend_id)
-            except (CheckpointError, UnknownCheckpoint) as exc:
-                session = AsyncSession(entry.work_dir, **self._kwargs(*settings))
-                try:
-                    await session.start()
-                except BaseException:
-                    await session.close()
-                    raise
-                report = RestoreReport(
-                    checkpoint=entry.suspend_id,
-                    message=f"Its state could not be restored ({exc}); the new kernel "
-                    "started empty.",
-                )
-        except KernelStartError as exc:
-            raise ApiError(503, "kernel_start_failed", f"cannot resume: {exc}") from None
-        except ConfigurationError as exc:
-            raise ApiError(503, "kernel_start_failed", f"cannot resume: {exc}") from None
-        finally:
-            self._reserved -= 1
-        if entry.deleted or self._closing:
-            await session.close()
-            raise _closed_meanwhile()
-        entry.session, entry.resumed = session, report
-        self.store.suspends.pop(entry.suspend_id, None)
-        await asyncio.to_thread(self.store.remove, entry.suspend_id)
-        entry.suspend_id = None
-        log.info("resumed session %s", entry.id)
+            else:
+                claimed.add(checkpoint)
+                entry.suspend_id = checkpoint
+                self.store.suspends[checkpoint] = record.id
+        elif lost is None:
+            lost = LOST
+        entry.lost = lost
+        return entry
 
     async def close_all(self) -> None:
         """Refuses new work, interrupts running executions and shuts every kernel down.
@@ -581,41 +606,17 @@ class Registry:
         self._closing = True
         sessions = [e.session for e in self._entries.values() if not e.session.closed]
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await asyncio.gather(*list(self.tasks), return_exceptions=True)
         if self.pool is not None:
             await self.pool.close()
 
-    def _refuse_if_closing(self) -> None:
+    def refuse_if_closing(self) -> None:
         if self._closing:
             raise ApiError(
                 503,
                 "shutting_down",
                 "the server is shutting down; start it again and create a new session",
             )
-
-
-async def _restore(saved: Checkpoint, work_dir: Path, kwargs: dict[str, Any]) -> AsyncSession:
-    """A new session in ``work_dir`` with the checkpoint restored into its kernel."""
-    return await AsyncSession.restore(
-        saved,
-        work_dir,
-        load_timeout=CHECKPOINT_TIMEOUT,
-        variable_timeout=VARIABLE_TIMEOUT,
-        **kwargs,
-    )
-
-
-def _with_id(report: RestoreReport | None, checkpoint_id: str | None) -> RestoreReport:
-    """The report naming the checkpoint by its id, not its path on the server."""
-    assert report is not None and checkpoint_id is not None
-    return RestoreReport(
-        checkpoint=checkpoint_id,
-        restored=report.restored,
-        modules=report.modules,
-        skipped=report.skipped,
-        files=report.files,
-        message=report.message,
-    )
 
 
 def _no_checkpoint(checkpoint_id: str) -> ApiError:
@@ -630,19 +631,3 @@ def _restore_refused(exc: CheckpointError) -> ApiError:
     if isinstance(exc, IncompatibleCheckpointError):
         return ApiError(409, "checkpoint_incompatible", str(exc))
     return ApiError(422, "restore_failed", f"the checkpoint could not be restored: {exc}")
-
-
-def _culled_text(entry: Entry) -> str:
-    return (
-        f"session {entry.id} was idle over {entry.idle_for:.0f} s, so its kernel was shut "
-        f"down{_why(entry.why_culled)} (its files and notebook can still be downloaded); "
-        "create a new session"
-    )
-
-
-def _why(reason: str | None) -> str:
-    return f" without a checkpoint, all state lost: {reason}" if reason else ""
-
-
-def _closed_meanwhile() -> ApiError:
-    return ApiError(409, "session_closed", "the session was closed meanwhile")

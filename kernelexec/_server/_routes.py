@@ -13,17 +13,19 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import __version__
-from .._background import Execution
-from .._exceptions import KernelexecError, KernelStartError, SessionClosedError
+from .._background import Execution, Reservation
+from .._exceptions import KernelexecError, KernelStartError, QueueFullError, SessionClosedError
 from .._live import OutputListener
 from .._models import ExecutionResult
 from ._bodies import (
     ExecuteRequest,
     body_chunks,
+    drain,
     parse_create,
     parse_execute,
     parse_flags,
     parse_fork,
+    queue_full,
 )
 from ._config import ServerConfig
 from ._errors import ApiError, JSONResponse
@@ -132,8 +134,44 @@ async def _execute(
         raise ApiError(503, "kernel_start_failed", str(exc)) from None
 
 
+async def _admitted(request: Request) -> tuple[ExecuteRequest, Reservation]:
+    """The body of an execution, read once the session's queue has room for it.
+
+    Room is held for the declared length before a byte is read, so that no
+    session's queue (and none of its bodies being read) passes its caps: 429
+    with Retry-After when full, 413 for one body alone over the byte cap.
+    The body of a refused request is read and let go, so the client gets
+    the answer, not a broken connection.
+    """
+    state = _state(request)
+    entry = state.registry.get_live(_id(request))  # a 404, 409 or 410 before reading
+    declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() else 0
+    if size > state.config.max_queued_bytes:
+        await drain(request, state.config.max_body)
+        raise ApiError(
+            413,
+            "execution_too_large",
+            f"the request body is {size:,} bytes, over the {state.config.max_queued_bytes:,} "
+            "a session's executions may hold together (the server's --max-queued-mb)",
+        )
+    try:
+        held = entry.execution_store.reserve(size)
+    except QueueFullError as exc:
+        await drain(request, state.config.max_body)
+        raise queue_full(exc) from None
+    try:
+        return await parse_execute(request, state.config, held), held
+    except BaseException:
+        held.release()
+        raise
+
+
 def _begin(
-    request: Request, body: ExecuteRequest, on_output: OutputListener | None = None
+    request: Request,
+    body: ExecuteRequest,
+    held: Reservation,
+    on_output: OutputListener | None = None,
 ) -> Execution:
     """The execution as a task of its own, reachable by id: it outlives a client that goes away."""
     state = _state(request)
@@ -149,6 +187,7 @@ def _begin(
         language=body.language,
         max_chars=state.config.max_stream_buffer,
         on_output=on_output,
+        reservation=held,
     )
     state.tasks.add(execution.task)
     execution.task.add_done_callback(_forget(state.tasks))
@@ -156,32 +195,27 @@ def _begin(
 
 
 async def execute(request: Request) -> Response:
-    state = _state(request)
-    state.registry.get_live(_id(request))  # a 404 or 409 before reading the body
-    body = await parse_execute(request, state.config)
+    body, held = await _admitted(request)
     # A client that disconnects leaves the execution running to its end (or
     # timeout), listed at GET /sessions/{id}/executions with its full result.
-    execution = _begin(request, body)
+    execution = _begin(request, body, held)
     result = await execution.wait()
     assert result is not None
     return Response(result_json(result, execution.extra), media_type="application/json")
 
 
 async def start_execution(request: Request) -> Response:
-    state = _state(request)
-    state.registry.get_live(_id(request))
-    body = await parse_execute(request, state.config)
-    execution = _begin(request, body)
+    body, held = await _admitted(request)
+    execution = _begin(request, body, held)
     where = location(_id(request), execution)
     return JSONResponse(execution.to_dict(), status_code=202, headers={"Location": where})
 
 
 async def execute_stream(request: Request) -> Response:
     state = _state(request)
-    state.registry.get_live(_id(request))
-    body = await parse_execute(request, state.config)
+    body, held = await _admitted(request)
     queue = OutputQueue(state.config.max_stream_buffer)
-    execution = _begin(request, body, lambda live: queue.put(live.output))
+    execution = _begin(request, body, held, lambda live: queue.put(live.output))
     return StreamingResponse(
         execution_events(execution.task, queue, extra=execution.extra),
         media_type="text/event-stream",
@@ -317,11 +351,13 @@ async def upload(request: Request) -> Response:
             f"cannot create {raw[:200]!r}: it is longer than a file system allows",
         )
     _require_body(request)
+    declared = request.headers.get("content-length", "")
     info = await write_file(
         entry.work_dir,
         raw,
         body_chunks(request, state.config.max_body),
         notebook=entry.session.notebook_path,
+        size=int(declared) if declared.isdigit() else 0,
     )
     return JSONResponse(info.to_dict(), status_code=201)
 

@@ -14,6 +14,7 @@ import uvicorn
 from .._exceptions import ConfigurationError
 from ._app import create_app
 from ._config import ServerConfig
+from ._records import claim
 from ._registry import Registry
 
 __all__ = ["check_port", "listen", "run_until_signalled", "serve"]
@@ -68,11 +69,18 @@ def serve(
         on_listening: called with the port once it is bound, before serving.
 
     Raises:
-        ConfigurationError: the address cannot be bound (in use, or not this machine's).
+        ConfigurationError: the address cannot be bound (in use, or not this machine's),
+            or another server uses the work root.
     """
     # Bound here, not by uvicorn, so that port 0 can be reported: a port chosen
     # free beforehand could be taken by another process before it is bound.
     sock = listen(config.host, config.port)
+    # One server per work root: it sweeps what a crash left there as it starts.
+    try:
+        lock = claim(config.work_root.expanduser())
+    except BaseException:
+        sock.close()
+        raise
     if on_listening is not None:
         on_listening(sock.getsockname()[1])
     app = create_app(config)
@@ -85,7 +93,10 @@ def serve(
         timeout_graceful_shutdown=30,
         server_header=False,
     )
-    run_until_signalled(_Server(uv_config, app.state.kexec.registry), sock)
+    try:
+        run_until_signalled(_Server(uv_config, app.state.kexec.registry), sock)
+    finally:
+        lock.close()
 
 
 def run_until_signalled(server: uvicorn.Server, sock: socket.socket) -> None:
