@@ -96,9 +96,11 @@ def test_resume_checkpoint_and_upload_on_a_full_disk_are_507_and_lose_nothing(
 ) -> None:
     server = ServerProcess(small_disk / "work", "--idle-timeout", "2")
     try:
-        sleeper, live = server.create(), server.create()
+        sleeper = server.create()
         server.execute(sleeper, "x = b'y' * 2_000_000")
         assert wait_for(lambda: "checkpoint" in server.state(sleeper).get("message", ""))
+        # Made now, so that it is live (resuming needs a little disk, for the kernel's report).
+        live = server.create()
         filler = fill(small_disk, 0)
         server.execute(live, "v = 7")
         answers = [
