@@ -11,7 +11,6 @@ what the test made for it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 import pytest
 from _serverproc import ServerProcess
 from conftest import SOON, process_gone
+
+from kernelexec._kernel.guard import descendants
 
 # Every test here holds for a parent forked from a zygote and for a spawned one.
 pytestmark = pytest.mark.usefixtures("kernel_start")
@@ -163,7 +164,7 @@ def test_a_forged_fork_reply_over_http_leaves_the_server_and_its_parent(tmp_path
     server = ServerProcess(tmp_path / "root", prefix=[sys.executable, "-c", WRAPPER])
     try:
         http = server.http
-        serving = _child_of(server.proc.pid)
+        serving = descendants(server.proc.pid)[0]  # the wrapper's one child
         victim = server.create()
         server.execute(victim, "kept = 7")
         attacker = server.create()
@@ -180,15 +181,3 @@ def test_a_forged_fork_reply_over_http_leaves_the_server_and_its_parent(tmp_path
         assert server.execute(victim, "print(kept)")["stdout"] == "7\n"
     finally:
         server.stop()
-
-
-def _child_of(pid: int) -> int:
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                stat = Path(f"/proc/{name}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                return int(name)
-    raise AssertionError(f"no child of {pid}")
