@@ -121,12 +121,11 @@ def kernelexec_gateway(tmp: Path, *extra: str, env: dict[str, str] | None = None
 
 
 def stock_kernel_gateway(tmp: Path, *options: str) -> Gateway:
-    """Stock ``jupyter kernelgateway`` on a free port."""
+    """Stock ``jupyter kernelgateway`` on a free port (this Python's, venv or not)."""
     port = free_port()
-    jupyter = shutil.which("jupyter") or "jupyter"
     return start_gateway(
         [
-            jupyter,
+            *(sys.executable, "-m", "jupyter"),
             "kernelgateway",
             "--KernelGatewayApp.ip=127.0.0.1",
             f"--KernelGatewayApp.port={port}",
