@@ -292,10 +292,13 @@ class Session:
         *,
         timeout: float | None = None,
         on_output: OutputListener | None = None,
+        strict: bool = False,
     ) -> list[BlockResult]:
         """AsyncSession.run_markdown, synchronously: one ``BlockResult`` per fenced block."""
         _open.add(self._async)
-        return _call(self._async.run_markdown(text, timeout=timeout, on_output=on_output))
+        return _call(
+            self._async.run_markdown(text, timeout=timeout, on_output=on_output, strict=strict)
+        )
 
     def interrupt(self) -> None:
         _call(self._async.interrupt())
