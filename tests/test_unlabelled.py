@@ -78,7 +78,7 @@ def test_code_after_other_prose_runs(intro: str) -> None:
         "N=3\necho $N",
         "FOO=1 python job.py",
         "git clone https://example.com/repo.git \\\n  --depth 1",
-        "for f in *.csv; do\n  wc -l \"$f\"\ndone",
+        'for f in *.csv; do\n  wc -l "$f"\ndone',
         "# set up\nmkdir -p out\ntouch out/a.txt",
     ],
 )

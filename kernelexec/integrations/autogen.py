@@ -30,10 +30,11 @@ from autogen_core.code_executor import CodeBlock, CodeExecutor, CodeResult
 from pydantic import BaseModel
 from typing_extensions import Self
 
+from .._markdown import CodeBlock as Block
 from .._models import ExecutionResult
 from .._session import AsyncSession
 from ._approval import Approval, Verdict, read_verdict, refusal_text
-from ._blocks import Combined, combine, prepare, refused
+from ._blocks import Combined, combine, prepare, read_blocks, refused
 from ._executor import SessionExecutor
 
 __all__ = [
@@ -159,8 +160,10 @@ class KernelexecCodeExecutor(
         """Runs the blocks in order in one kernel, stopping at the first that fails.
 
         Args:
-            code_blocks: the blocks; ``language`` picks Python or shell, and
-                any other language fails without running.
+            code_blocks: the blocks; ``language`` picks Python or shell; a
+                block that is not code (json, text, output, ...) is skipped
+                and the output says so, as ``run_markdown`` does; any other
+                language fails without running.
             cancellation_token: cancelling it interrupts the running block.
 
         Returns:
@@ -176,14 +179,12 @@ class KernelexecCodeExecutor(
             return _result(refused(refusal_text(approval)))
         if self._session.closed:
             await self.start()
-        results: list[ExecutionResult] = []
-        for block in code_blocks:
-            # The session's execute returns once the transcript holds the cell,
-            # so a caller may delete output_dir the moment this returns.
-            results.append(await self._run_block(block, cancellation_token))
-            if not results[-1].ok:
-                break
-        return _result(combine(results, self.output_dir))
+        blocks = read_blocks((block.language, block.code) for block in code_blocks)
+
+        async def execute(block: Block) -> ExecutionResult:
+            return await self._run_block(block, cancellation_token)
+
+        return _result(combine(await self._run_blocks(blocks, execute), self.output_dir))
 
     async def _ask_approval(self, code_blocks: list[CodeBlock]) -> Approval:
         if self._approval_func is None:
@@ -194,9 +195,11 @@ class KernelexecCodeExecutor(
         return read_verdict(verdict)
 
     async def _run_block(
-        self, block: CodeBlock, cancellation_token: CancellationToken
+        self, block: Block, cancellation_token: CancellationToken
     ) -> ExecutionResult:
-        language = block.language or "python"
+        language = block.runs_as or block.language
+        # The session's execute returns once the transcript holds the cell,
+        # so a caller may delete output_dir the moment this returns.
         task = asyncio.ensure_future(
             self._session.execute(prepare(block.code, language), language=language)
         )
