@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import _workdir
+from . import _times, _workdir
 from ._backends import KernelBackend
 from ._exceptions import CheckpointError, IncompatibleCheckpointError
 from ._kernel import BOOT_DIR
@@ -482,7 +482,7 @@ def _manifest(
     return {
         "kernelexec_checkpoint": FORMAT,
         "kernelexec_version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": _times.now(),
         "python": report["python"],
         "serializer": "cloudpickle",
         "packages": report["packages"],

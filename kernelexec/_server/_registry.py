@@ -34,6 +34,7 @@ from .._fork import ForkReport
 from .._pool import KernelPool
 from .._remote_models import CheckpointInfo, SessionInfo, SessionState
 from .._session import AsyncSession
+from .._times import iso
 from .._workdir import remove_tree
 from ._bodies import CreateRequest
 from ._checkpoints import CheckpointStore, UnknownCheckpoint
@@ -104,8 +105,8 @@ class Entry:
             self.state,
             self.kernel_name,
             self.timeout,
-            self.created,
-            self.last_activity,
+            iso(self.created),
+            iso(self.last_activity),
             self.executions,
         )
 
