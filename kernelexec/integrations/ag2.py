@@ -14,7 +14,9 @@ runs as shell in the same kernel; a timeout interrupts the kernel and keeps its
 state; saved outputs are named by the lines AG2 prints, ``Image data saved to
 PATH`` and ``HTML data saved to PATH``. Works inside a running event loop too.
 
-Needs ``pip install 'kernelexec[ag2]'``.
+Needs the ``ag2`` extra: ``pip install -e '.[ag2]'`` in a clone, or the
+wheel with ``[ag2]``; without it, importing this module raises a
+``ModuleNotFoundError`` saying so.
 """
 
 from __future__ import annotations
@@ -23,8 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from autogen.coding.base import CodeBlock, CodeExtractor, IPythonCodeResult
-from autogen.coding.markdown_code_extractor import MarkdownCodeExtractor
+from .._extras import missing_extra
+
+try:
+    from autogen.coding.base import CodeBlock, CodeExtractor, IPythonCodeResult
+    from autogen.coding.markdown_code_extractor import MarkdownCodeExtractor
+except ImportError as exc:
+    raise missing_extra(__name__, "ag2", exc) from exc
 
 from .._sync import Session, _call
 from ._approval import Approval, Verdict, read_verdict, refusal_text

@@ -12,7 +12,9 @@ kernel and cwd); a cancelled token or a timeout interrupts the kernel, whose
 state is kept; PNG, JPEG, GIF, SVG, PDF and HTML outputs are saved as files; the
 kernel's cwd is ``output_dir``, which also holds the transcript notebook.
 
-Needs ``pip install 'kernelexec[autogen]'``.
+Needs the ``autogen`` extra: ``pip install -e '.[autogen]'`` in a clone, or the
+wheel with ``[autogen]``; without it, importing this module raises a
+``ModuleNotFoundError`` saying so.
 """
 
 from __future__ import annotations
@@ -25,10 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autogen_core import CancellationToken, Component
-from autogen_core.code_executor import CodeBlock, CodeExecutor, CodeResult
-from pydantic import BaseModel
-from typing_extensions import Self
+from .._extras import missing_extra
+
+try:
+    from autogen_core import CancellationToken, Component
+    from autogen_core.code_executor import CodeBlock, CodeExecutor, CodeResult
+    from pydantic import BaseModel
+    from typing_extensions import Self
+except ImportError as exc:
+    raise missing_extra(__name__, "autogen", exc) from exc
 
 from .._markdown import CodeBlock as Block
 from .._models import ExecutionResult
