@@ -18,7 +18,9 @@ pytest-xdist's workers make each once; a venv is ready when its ``.complete``
 file is there. A build that fails is written to ``.failed`` for this run, so
 the other workers do not try again: the tests needing it skip with pip's
 output (fail with CI=true). ``KERNELEXEC_TEST_EG_VENV`` and
-``KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON`` name ones made elsewhere instead.
+``KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON`` name ones made elsewhere instead; run
+inside the oldest ipykernel's venv (as tests/test_oldest_ipykernel.py runs the
+kernel-side tests), this Python is that one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 
 from servers import file_lock
@@ -75,9 +78,21 @@ def _oldest_ipykernel_venv() -> Path:
     return CACHE / f"ipykernel-{oldest_ipykernel()}-{key}"
 
 
+def _running_the_oldest() -> bool:
+    """This Python has the oldest ipykernel: the tests run inside that venv already."""
+    try:
+        return metadata.version("ipykernel") == oldest_ipykernel()
+    except metadata.PackageNotFoundError:
+        return False
+
+
 def oldest_ipykernel_python() -> Path:
     given = os.environ.get("KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON")
-    return Path(given) if given else _oldest_ipykernel_venv() / "bin" / "python"
+    if given:
+        return Path(given)
+    if _running_the_oldest():
+        return Path(sys.executable)
+    return _oldest_ipykernel_venv() / "bin" / "python"
 
 
 Step = Callable[[], str]
@@ -148,15 +163,17 @@ def _ready(venv: Path) -> bool:
     return subprocess.run([str(python), "-c", ""], capture_output=True).returncode == 0
 
 
+def _needed(name: str) -> bool:
+    if os.environ.get(_VENVS[name][2]):
+        return False  # given ready-made
+    return not (name == "oldest-ipykernel" and _running_the_oldest())
+
+
 def missing(names: set[str]) -> list[str]:
     """Those of ``names`` not made yet (none given by a variable), for a note before a build."""
     unknown = names - set(_VENVS)
     assert not unknown, f"@pytest.mark.{MARKER}: unknown venvs {unknown}; known: {NAMES}"
-    return [
-        name
-        for name in sorted(names)
-        if not os.environ.get(_VENVS[name][2]) and not _ready(_VENVS[name][0]())
-    ]
+    return [name for name in sorted(names) if _needed(name) and not _ready(_VENVS[name][0]())]
 
 
 def build(name: str, run_id: str) -> None:
@@ -166,8 +183,8 @@ def build(name: str, run_id: str) -> None:
         run_id: this test run's id: a failure recorded by the same run is not
             tried again, one from an earlier run is.
     """
-    where, steps, variable = _VENVS[name]
-    if os.environ.get(variable):
+    where, steps, _ = _VENVS[name]
+    if not _needed(name):
         return
     venv = where()
     with file_lock(f"test-venv-{venv.name}"):
@@ -191,6 +208,8 @@ def problem(name: str) -> str | None:
     if os.environ.get(variable):
         given = Path(os.environ[variable])
         return None if given.exists() else f"${variable} names {given}, which does not exist"
+    if not _needed(name):
+        return None
     venv = where()
     if _ready(venv):
         return None
