@@ -45,6 +45,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # Here, before any test runs and outside every test's time limit; in each
     # pytest-xdist worker (each collects every test), one makes a venv while
     # the others wait on its lock and then find it made.
+    if session.config.option.collectonly:
+        return
     wanted = {
         str(mark.args[0]) for item in session.items for mark in item.iter_markers(_testvenvs.MARKER)
     }
