@@ -19,7 +19,8 @@ ROOT = HERE.parent
 
 ENVS: dict[str, list[str]] = {
     # pandas: the data-stack scenarios (issue #19) preload numpy, pandas and matplotlib
-    "kernelexec": ["-e", str(ROOT), "matplotlib", "numpy", "pandas", "httpx"],
+    # The gateway extra: the kernelexec-gateway scenario runs `kernelexec gateway`.
+    "kernelexec": ["-e", f"{ROOT}[gateway]", "matplotlib", "numpy", "pandas", "httpx"],
     "autogen": [
         "autogen-ext[jupyter-executor]>=0.7,<0.8",
         "autogen-core>=0.7,<0.8",

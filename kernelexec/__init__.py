@@ -45,6 +45,7 @@ from ._remote_models import CheckpointInfo, FileInfo, SessionInfo
 from ._replay import CellReplay, ReplayReport
 from ._session import AsyncSession
 from ._sync import Session, SyncExecution
+from ._variables import Variable, VariableDetail
 
 __version__ = "0.1.0"
 
@@ -98,5 +99,7 @@ __all__ = [
     "SyncExecution",
     "TableData",
     "Usage",
+    "Variable",
+    "VariableDetail",
     "__version__",
 ]

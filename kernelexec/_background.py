@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import secrets
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from typing import Any, Literal
 from ._exceptions import QueueFullError
 from ._live import LiveOutput, OutputListener, json_size
 from ._models import ExecutionResult
+from ._times import now
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
@@ -85,7 +85,7 @@ def mark_started() -> None:
     execution = _CURRENT.get()
     if execution is not None and execution.state == "queued":
         execution.state = "running"
-        execution.started = time.time()
+        execution.started = now()
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class Execution:
             is set; its ``status`` says how it ended: "cancelled" when
             cancelled) or "failed" (it could not run: ``error`` says why).
         code: the first 200 characters of the code, to tell executions apart.
-        created, started, finished: Unix times (None until then).
+        created, started, finished: ISO 8601 times in UTC (None until then).
     """
 
     id: str
@@ -176,9 +176,9 @@ class Execution:
     language: str
     max_chars: int = DEFAULT_MAX_CHARS
     state: ExecutionState = "queued"
-    created: float = field(default_factory=time.time)
-    started: float | None = None
-    finished: float | None = None
+    created: str = field(default_factory=now)
+    started: str | None = None
+    finished: str | None = None
     result: ExecutionResult | None = None
     error: BaseException | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields the server adds to the result
@@ -199,6 +199,11 @@ class Execution:
     def events_end(self) -> int:
         """The offset the next event gets: how many events there have been."""
         return self._log.end
+
+    @property
+    def status(self) -> str | None:
+        """The result's status once done ("cancelled" when cancelled), as a remote one says."""
+        return self.result.status if self.result is not None else None
 
     def done(self) -> bool:
         return self.state in ("done", "failed")
@@ -259,7 +264,7 @@ class Execution:
             if not self._began:
                 # A task cancelled before its first step ends without running ``_run``
                 # at all: nothing else would say what became of it.
-                self.result, self.state, self.finished = self._unrun(), "done", time.time()
+                self.result, self.state, self.finished = self._unrun(), "done", now()
             self.task.cancel()
         return True
 
@@ -268,7 +273,7 @@ class Execution:
         data: dict[str, Any] = {
             "id": self.id,
             "state": self.state,
-            "status": self.result.status if self.result is not None else None,
+            "status": self.status,
             "language": self.language,
             "code": self.code,
             "created": self.created,
@@ -304,7 +309,7 @@ class Execution:
             self.state, self.error = "failed", exc
             raise
         finally:
-            self.finished = time.time()
+            self.finished = now()
             self._log.wake()
         return result
 
@@ -484,7 +489,7 @@ class ExecutionStore:
 
     def _trim(self) -> None:
         finished = sorted(
-            (e for e in self._executions.values() if e.done()), key=lambda e: e.finished or 0.0
+            (e for e in self._executions.values() if e.done()), key=lambda e: e.finished or ""
         )
         for old in finished[: max(len(finished) - self.keep, 0)]:
             del self._executions[old.id]

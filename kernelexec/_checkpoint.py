@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _disk, _workdir
+from . import _disk, _times, _workdir
 from ._backends import DROPPED, KernelBackend
 from ._exceptions import CheckpointError, DiskSpaceError
 from ._kernel import BOOT_DIR
@@ -620,7 +620,7 @@ def _manifest(
     return {
         "kernelexec_checkpoint": FORMAT,
         "kernelexec_version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": _times.now(),
         "python": report["python"],
         "serializer": "cloudpickle",
         "packages": report["packages"],

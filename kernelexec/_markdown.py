@@ -13,13 +13,16 @@ fences, with the leniency that LLM output needs):
   the margin).
 - The language is the first word of the info string: ```` ```python title="x.py" ````,
   ```` ```python {.class} ````, ```` ```{python} ````, ```` ```{.python .numberLines} ````
-  and ```` ```py:setup.py ```` are all python. An unlabelled block is python.
+  and ```` ```py:setup.py ```` are all python.
 - A line like ```` ```x = 1``` ```` is inline code, not a fence.
 
 Each block is then one of three kinds: code kernelexec runs (python, bash and
 their aliases, see ``_languages``), a block that is not code (``NOT_CODE``:
 text, output, terminal sessions, data and markup) which is skipped, or code in
-a language kernelexec cannot run, which fails at its position.
+a language kernelexec cannot run, which fails at its position. An unlabelled
+block is read by ``_unlabelled``: python or shell code runs, output (a fence
+right after "Expected output:", printed values) and text are skipped; with
+``strict`` every unlabelled block is python.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any, Literal
 
 from ._languages import normalize_language
 from ._models import ExecutionResult
+from ._unlabelled import Reading, read_unlabelled
 
 __all__ = [
     "NOT_CODE",
@@ -88,22 +92,36 @@ class CodeBlock:
         code: the body, the fence's indentation removed.
         line: the line of the opening fence in the message, from 1 (None
             when the block did not come from a message, e.g. a notebook cell).
+        reading: for an unlabelled block of a message, what kernelexec read it
+            as (``_unlabelled``); None for a labelled block, or an unlabelled
+            one read as python without looking (``strict``, a notebook cell).
     """
 
     index: int
     language: str
     code: str
     line: int | None = None
+    reading: Reading | None = None
 
     @property
     def runs_as(self) -> str | None:
         """ "python" or "bash" when kernelexec runs this block, else None."""
+        if self.reading is not None:
+            return self.reading.language
         return normalize_language(self.language)
 
     @property
     def is_code(self) -> bool:
-        """False for a block that is not code (``NOT_CODE``), which is skipped."""
+        """False for a block that is not code (``NOT_CODE``, or an unlabelled block read
+        as output or text), which is skipped."""
+        if self.reading is not None:
+            return self.reading.language is not None
         return self.runs_as is not None or self.language not in NOT_CODE
+
+    @property
+    def skip_reason(self) -> str:
+        """Why a block that is not code is skipped."""
+        return self.reading.reason if self.reading is not None else "not code"
 
     @property
     def shown_language(self) -> str:
@@ -126,7 +144,7 @@ class BlockResult:
     Attributes:
         index: the block's position among the message's fenced blocks, from 1.
         language: what it ran as ("python", "bash"), or its language as written
-            when it did not run ("json", "javascript").
+            when it did not run ("json", "javascript"; "" for an unlabelled block).
         line: the line of its opening fence in the message, from 1 (None for a
             block that did not come from a message).
         first_line: the first non-blank line of its code, cut to 80 characters.
@@ -176,7 +194,8 @@ class BlockResult:
         if self.result is not None:
             extra = f"[kernelexec] {self.message}\n" if self.message else ""
             return self.result.text + extra
-        return f"[kernelexec] block {self.index} ({self.language}): {self.message}\n"
+        language = self.language or "unlabelled"
+        return f"[kernelexec] block {self.index} ({language}): {self.message}\n"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict; ``result`` is ``ExecutionResult.to_dict()`` or None."""
@@ -208,7 +227,7 @@ async def run_blocks(blocks: Iterable[CodeBlock], execute: Execute) -> AsyncIter
         if failed is not None:
             yield BlockResult.of(block, "not_run", message=f"not run: block {failed.index} failed")
         elif not block.is_code:
-            yield BlockResult.of(block, "skipped", message="skipped: not code")
+            yield BlockResult.of(block, "skipped", message=f"skipped: {block.skip_reason}")
         else:
             result = await execute(block)
             outcome = BlockResult.of(block, result.status, result, _unsupported(block))
@@ -245,15 +264,23 @@ def summarize(statuses: Sequence[str]) -> str:
     return f"{len(statuses)} {noun}: {', '.join(parts)}" if parts else f"0 {noun}"
 
 
-def extract_code_blocks(text: str) -> list[CodeBlock]:
-    """Every fenced block of a message, in order (see the module's docstring for the rules)."""
+def extract_code_blocks(text: str, *, strict: bool = False) -> list[CodeBlock]:
+    """Every fenced block of a message, in order (see the module's docstring for the rules).
+
+    Args:
+        text: the message.
+        strict: read every unlabelled block as python, rather than telling
+            code from output (``_unlabelled``).
+    """
     blocks: list[CodeBlock] = []
     lines = text.splitlines()
+    prose = ""  # the last line of prose since the last block: what introduces the next one
     i = 0
     while i < len(lines):
         opened = _OPEN.match(lines[i])
         fence = opened["fence"] if opened else ""
         if opened is None or (fence[0] == "`" and "`" in opened["info"]):
+            prose = lines[i] if lines[i].strip() else prose
             i += 1
             continue
         indent = _columns(opened["lead"])
@@ -263,14 +290,10 @@ def extract_code_blocks(text: str) -> list[CodeBlock]:
         while i < len(lines) and not _closes(lines[i], fence, indent):
             body.append(_dedent(lines[i], indent))
             i += 1
-        blocks.append(
-            CodeBlock(
-                index=len(blocks) + 1,
-                language=_language(opened["info"]),
-                code="\n".join(body),
-                line=start,
-            )
-        )
+        language, code = _language(opened["info"]), "\n".join(body)
+        reading = None if language or strict else read_unlabelled(code, prose)
+        blocks.append(CodeBlock(len(blocks) + 1, language, code, start, reading))
+        prose = ""
         i += 1
     return blocks
 

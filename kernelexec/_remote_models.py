@@ -1,13 +1,18 @@
-"""The values the HTTP API hands out besides ExecutionResult: sessions and files.
+"""The values the HTTP API hands out besides ExecutionResult: sessions, files, checkpoints.
 
 The server builds them and sends ``to_dict()``; the clients read them back with
-``from_dict()``, so both sides share one definition of the wire format.
+``from_dict()``, so both sides share one definition of the wire format. What a
+local session gives for the same data is the same type here too (a checkpoint's
+``CheckpointVariable`` and ``SkippedVariable``), and every time is ISO 8601 text
+in UTC (``_times``).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
+
+from ._checkpoint import CheckpointVariable, SkippedVariable
 
 __all__ = ["CheckpointInfo", "FileInfo", "SessionInfo", "SessionState"]
 
@@ -35,8 +40,8 @@ class SessionInfo:
             transcript kept; its executions answer HTTP 410).
         kernel_name: the kernelspec the session runs.
         timeout: default seconds per execution.
-        created: when it was created, Unix seconds.
-        last_activity: when a request last used it, Unix seconds.
+        created: when it was created (ISO 8601, UTC: "2025-06-01T12:00:03.250Z").
+        last_activity: when a request last used it (ISO 8601, UTC).
         executions: executions requested so far.
     """
 
@@ -44,8 +49,8 @@ class SessionInfo:
     state: SessionState
     kernel_name: str
     timeout: float
-    created: float
-    last_activity: float
+    created: str
+    last_activity: str
     executions: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,12 +68,12 @@ class FileInfo:
     Attributes:
         path: relative to the work dir, with "/" separators.
         size: bytes.
-        modified: last modification, Unix seconds.
+        modified: last modification (ISO 8601, UTC).
     """
 
     path: str
     size: int
-    modified: float
+    modified: str
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,9 +94,10 @@ class CheckpointInfo:
         session: the id of the session it was made from, if known.
         suspend: made by the server when it suspended an idle session.
         python: the Python that made it ("cpython 3.11.7").
-        variables: what it holds: ``{"name", "type", "size"}`` each.
+        variables: what it holds, as a local ``Checkpoint`` lists them (``file``
+            and ``buffers_file`` are relative to the checkpoint's folder).
         modules: module aliases re-imported by name (``{"np": "numpy"}``).
-        skipped: what it could not carry: ``{"name", "type", "reason"}`` each.
+        skipped: what it could not carry, and why.
         files: work-dir files it holds.
         size: bytes of variable data.
         packages: versions of the packages whose objects it holds.
@@ -102,9 +108,9 @@ class CheckpointInfo:
     session: str | None = None
     suspend: bool = False
     python: str = ""
-    variables: list[dict[str, Any]] = field(default_factory=list)
+    variables: list[CheckpointVariable] = field(default_factory=list)
     modules: dict[str, str] = field(default_factory=dict)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[SkippedVariable] = field(default_factory=list)
     files: int = 0
     size: int = 0
     packages: dict[str, str] = field(default_factory=dict)
@@ -117,9 +123,7 @@ class CheckpointInfo:
             f"{len(self.modules)} modules, {self.files} files."
         ]
         if self.variables:
-            lines.append(
-                "Variables: " + ", ".join(f"{v['name']} ({v['type']})" for v in self.variables)
-            )
+            lines.append("Variables: " + ", ".join(f"{v.name} ({v.type})" for v in self.variables))
         if self.modules:
             lines.append(
                 "Modules: "
@@ -127,7 +131,7 @@ class CheckpointInfo:
             )
         if self.skipped:
             lines.append("Not carried:")
-            lines.extend(f"- {s['name']} ({s['type']}): {s['reason']}" for s in self.skipped)
+            lines.extend(f"- {s.name} ({s.type}): {s.reason}" for s in self.skipped)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -135,4 +139,14 @@ class CheckpointInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckpointInfo:
-        return cls(**_known(cls, data))
+        known = _known(cls, data)
+        known["variables"] = [
+            CheckpointVariable(
+                v["name"], v["type"], v["size"], v.get("file", ""), v.get("buffers_file", "")
+            )
+            for v in known.get("variables", [])
+        ]
+        known["skipped"] = [
+            SkippedVariable(s["name"], s["type"], s["reason"]) for s in known.get("skipped", [])
+        ]
+        return cls(**known)

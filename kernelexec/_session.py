@@ -376,6 +376,7 @@ class AsyncSession:
         *,
         timeout: float | None = None,
         on_output: OutputListener | None = None,
+        strict: bool = False,
     ) -> list[BlockResult]:
         """Runs the python and shell blocks of a message in order, stopping after the first failure.
 
@@ -384,12 +385,16 @@ class AsyncSession:
         that are not code (text, output, console, json, yaml, csv, diff, ...)
         are "skipped"; a block in a language kernelexec cannot run fails at
         its position, the blocks before it having run; the blocks after a
-        failure are "not_run". An unlabelled block is python.
+        failure are "not_run". An unlabelled block runs as python, or as bash
+        when it is shell commands; one holding output (right after a line
+        like "Expected output:", or printed values) or text is "skipped",
+        its ``message`` saying why.
 
         Args:
             text: the message, markdown with fenced code blocks.
             timeout: seconds per block; default the session's.
             on_output: as for ``execute``, for every block's outputs.
+            strict: run every unlabelled block as python, output or not.
 
         Raises:
             SessionClosedError: the session was closed.
@@ -404,7 +409,8 @@ class AsyncSession:
                 on_output=on_output,
             )
 
-        return [outcome async for outcome in run_blocks(extract_code_blocks(text), execute)]
+        blocks = extract_code_blocks(text, strict=strict)
+        return [outcome async for outcome in run_blocks(blocks, execute)]
 
     async def interrupt(self) -> None:
         """Interrupts whatever the kernel is running (a KeyboardInterrupt)."""

@@ -86,6 +86,40 @@ class SyncExecution:
         return self.async_execution.state
 
     @property
+    def status(self) -> str | None:
+        """The result's status once done ("cancelled" when cancelled)."""
+        return self.async_execution.status
+
+    @property
+    def code(self) -> str:
+        """The first 200 characters of the code."""
+        return self.async_execution.code
+
+    @property
+    def language(self) -> str:
+        return self.async_execution.language
+
+    @property
+    def created(self) -> str:
+        """When it was asked for (ISO 8601, UTC)."""
+        return self.async_execution.created
+
+    @property
+    def started(self) -> str | None:
+        """When it began to run (ISO 8601, UTC), or None."""
+        return self.async_execution.started
+
+    @property
+    def finished(self) -> str | None:
+        """When it ended (ISO 8601, UTC), or None."""
+        return self.async_execution.finished
+
+    @property
+    def events_end(self) -> int:
+        """The offset the next event gets."""
+        return self.async_execution.events_end
+
+    @property
     def result(self) -> ExecutionResult | None:
         """The result once done (status "cancelled" when cancelled)."""
         return self.async_execution.result
@@ -292,10 +326,13 @@ class Session:
         *,
         timeout: float | None = None,
         on_output: OutputListener | None = None,
+        strict: bool = False,
     ) -> list[BlockResult]:
         """AsyncSession.run_markdown, synchronously: one ``BlockResult`` per fenced block."""
         _open.add(self._async)
-        return _call(self._async.run_markdown(text, timeout=timeout, on_output=on_output))
+        return _call(
+            self._async.run_markdown(text, timeout=timeout, on_output=on_output, strict=strict)
+        )
 
     def interrupt(self) -> None:
         _call(self._async.interrupt())

@@ -27,9 +27,12 @@ class LabProcess:
         root: JupyterLab's root dir (its contents API serves files from there).
         gateway: the kernelexec server JupyterLab uses for its kernels, or None
             for a JupyterLab with kernels of its own.
+        argv: more of the command line, as a person adds it (a file to open).
     """
 
-    def __init__(self, root: Path, gateway: ServerProcess | None) -> None:
+    def __init__(
+        self, root: Path, gateway: ServerProcess | None, argv: tuple[str, ...] = ()
+    ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.token = LAB_TOKEN
@@ -65,6 +68,7 @@ class LabProcess:
                 *through,
                 "--LabApp.news_url=",
                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                *argv,
             ],
             stdin=tty,
             stdout=self._log_file,

@@ -20,7 +20,9 @@ does. Those cases, and what happens instead:
   terminal: it is started in the background, waited for until it prints its
   URL and accepts connections, and stopped by the test at the end. ``jupyter
   lab`` gets ``--allow-root`` when run as root (tests run as root, readers do
-  not). ``kernelexec mcp`` over stdio must answer an MCP ``initialize``.
+  not), and first stops the JupyterLab the README started before, as a reader
+  stops one (Ctrl-C) before starting the next on the same port. ``kernelexec
+  mcp`` over stdio must answer an MCP ``initialize``.
 - ``kernelexec image build`` from ``python:3.12-slim`` (the default) uses
   ``$KX_README_BASE_IMAGE`` instead when set: the test's Docker engine cannot
   pull from a registry and has a stand-in base image.
@@ -41,6 +43,7 @@ import re
 import runpy
 import select
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -110,6 +113,7 @@ def main(argv: list[str]) -> int:
     if name == "jupyter":
         if args[:1] == ["lab"]:
             as_root = ["--allow-root"] if os.geteuid() == 0 else []
+            _stop_earlier("jupyter-lab")
             return _background([sys.executable, "-m", "jupyter", *args, *as_root], "jupyter-lab")
         return _run_real([sys.executable, "-m", "jupyter", *args])
     if name == "git":
@@ -250,6 +254,31 @@ def _background(command: list[str], label: str) -> int:
             print(f"[README test] {label} did not serve within {_READY_WITHIN:.0f} s")
             return 1
         time.sleep(0.2)
+
+
+def _stop_earlier(label: str) -> None:
+    """Stops the servers ``label`` started before (SIGTERM, as Ctrl-C), waiting for each."""
+    for record in (Path(os.environ["KX_README_DIR"]) / "servers").glob("*.json"):
+        server = json.loads(record.read_text())
+        if not Path(server["log"]).name.startswith(f"{label}-"):
+            continue
+        try:
+            os.kill(server["pid"], signal.SIGTERM)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and _running(server["pid"]):
+                time.sleep(0.2)
+            os.killpg(server["pid"], signal.SIGKILL)  # what it left: its session
+        except ProcessLookupError:
+            pass
+        record.unlink()
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def _detached() -> dict[str, Any]:

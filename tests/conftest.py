@@ -2,11 +2,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import _testvenvs
 import pytest
 
 from kernelexec import AsyncSession, Session
@@ -18,6 +21,45 @@ DATA = Path(__file__).parent / "data"
 SOON = 10.0
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _skipped: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{_testvenvs.MARKER}(name): needs a venv the suite makes before any test runs "
+        "(tests/_testvenvs.py)",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    missing = _testvenvs.missing(set(_testvenvs.NAMES))
+    if not missing:
+        return None
+    return (
+        f"test venvs not made yet: {', '.join(missing)}; made before the first test that needs "
+        f"them (a few minutes, once) in {_testvenvs.CACHE}"
+    )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Here, before any test runs and outside every test's time limit; in each
+    # pytest-xdist worker (each collects every test), one makes a venv while
+    # the others wait on its lock and then find it made.
+    if session.config.option.collectonly:
+        return
+    wanted = {
+        str(mark.args[0]) for item in session.items for mark in item.iter_markers(_testvenvs.MARKER)
+    }
+    workerinput = getattr(session.config, "workerinput", None)
+    run_id = str(workerinput["testrunuid"]) if workerinput else uuid.uuid4().hex
+    builders = [
+        threading.Thread(target=_testvenvs.build, args=(name, run_id))
+        for name in _testvenvs.missing(wanted)
+    ]
+    for builder in builders:
+        builder.start()
+    for builder in builders:
+        builder.join()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

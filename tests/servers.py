@@ -25,10 +25,6 @@ import pytest
 from _serverproc import TOKEN, free_port
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
-EG_VENV = Path(
-    os.environ.get("KERNELEXEC_TEST_EG_VENV")
-    or Path.home() / ".cache" / "kernelexec-tests" / "enterprise-gateway"
-)
 LOCKS = Path(tempfile.gettempdir()) / "kernelexec-test-locks"
 
 
@@ -121,12 +117,11 @@ def kernelexec_gateway(tmp: Path, *extra: str, env: dict[str, str] | None = None
 
 
 def stock_kernel_gateway(tmp: Path, *options: str) -> Gateway:
-    """Stock ``jupyter kernelgateway`` on a free port."""
+    """Stock ``jupyter kernelgateway`` on a free port (this Python's, venv or not)."""
     port = free_port()
-    jupyter = shutil.which("jupyter") or "jupyter"
     return start_gateway(
         [
-            jupyter,
+            *(sys.executable, "-m", "jupyter"),
             "kernelgateway",
             "--KernelGatewayApp.ip=127.0.0.1",
             f"--KernelGatewayApp.port={port}",
@@ -141,31 +136,14 @@ def stock_kernel_gateway(tmp: Path, *options: str) -> Gateway:
 
 def enterprise_gateway_command() -> Path:
     """Jupyter Enterprise Gateway in its own venv (it pins jupyter_server<2 and
-    jupyter_client<7, so it cannot share kernelexec's environment); made once."""
-    exe = EG_VENV / "bin" / "jupyter-enterprisegateway"
-    with file_lock("enterprise-gateway-venv"):
-        if not (EG_VENV / ".complete").exists():
-            shutil.rmtree(EG_VENV, ignore_errors=True)
-            EG_VENV.parent.mkdir(parents=True, exist_ok=True)
-            steps = [
-                [sys.executable, "-m", "venv", str(EG_VENV)],
-                [
-                    str(EG_VENV / "bin" / "pip"),
-                    "install",
-                    "-q",
-                    "jupyter_enterprise_gateway>=3.2",
-                    "ipykernel",
-                ],
-            ]
-            for step in steps:
-                proc = subprocess.run(step, capture_output=True, text=True, timeout=900)
-                if proc.returncode != 0:
-                    unavailable(
-                        f"cannot install Jupyter Enterprise Gateway in {EG_VENV}: "
-                        f"{proc.stderr[-2000:]}"
-                    )
-            (EG_VENV / ".complete").touch()
-    return exe
+    jupyter_client<7, so it cannot share kernelexec's environment), which the
+    suite made before the tests (tests/_testvenvs.py)."""
+    import _testvenvs  # here: it imports file_lock from this module
+
+    problem = _testvenvs.problem("enterprise-gateway")
+    if problem is not None:
+        unavailable(f"no Jupyter Enterprise Gateway: {problem}")
+    return _testvenvs.enterprise_gateway_venv() / "bin" / "jupyter-enterprisegateway"
 
 
 def enterprise_gateway(tmp: Path) -> Gateway:
@@ -173,7 +151,7 @@ def enterprise_gateway(tmp: Path) -> Gateway:
     exe = enterprise_gateway_command()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON"))}
-    env["PATH"] = f"{EG_VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{exe.parent}{os.pathsep}{env.get('PATH', '')}"
     return start_gateway(
         [
             str(exe),

@@ -32,7 +32,14 @@ SHARES_WORK_DIR = {"local": True, "gateway": True, "enterprise_gateway": False, 
 BackendFactory = Callable[[], "KernelBackend | None"]
 
 
-@pytest.fixture(params=list(SHARES_WORK_DIR))
+@pytest.fixture(
+    params=[
+        pytest.param(kind, marks=pytest.mark.test_venv("enterprise-gateway"))
+        if kind == "enterprise_gateway"
+        else kind
+        for kind in SHARES_WORK_DIR
+    ]
+)
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

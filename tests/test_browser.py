@@ -12,8 +12,8 @@ goes to the test's tmp dir and is only checked.
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,7 +55,7 @@ def _need_browser() -> None:
         what
         for what, ok in (
             ("Debian's chromium at /usr/bin/chromium", os.path.exists(CHROMIUM)),
-            ("jupyterlab", shutil.which("jupyter-lab") is not None),
+            ("jupyterlab", importlib.util.find_spec("jupyterlab") is not None),
         )
         if not ok
     ]

@@ -90,3 +90,21 @@ def test_every_command_help_carries_an_example() -> None:
         example = proc.stdout.split("\nexample:\n", 1)
         assert len(example) == 2, f"kernelexec {' '.join(command)} --help has no example"
         assert "  kernelexec " in example[1], command
+
+
+def test_a_mistyped_option_or_command_names_the_nearest_one() -> None:
+    proc = run("serve", "--prot", "9000")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("usage: kernelexec serve ")  # the command's usage, not the top's
+    assert proc.stderr.endswith(
+        "kernelexec serve: error: unrecognized arguments: --prot 9000; did you mean --port?\n"
+    )
+    proc = run("serv")
+    assert proc.returncode == 2
+    assert "invalid choice: 'serv'; did you mean serve?" in proc.stderr
+    proc = run("image", "biuld")
+    assert proc.returncode == 2 and "did you mean build?" in proc.stderr
+    proc = run("run", "x.md", "--jsn=1")
+    assert proc.returncode == 2 and "did you mean --json?" in proc.stderr
+    proc = run("serve", "--zzzz")  # nothing near: the plain message
+    assert proc.returncode == 2 and "unrecognized arguments: --zzzz\n" in proc.stderr

@@ -7,28 +7,19 @@ The short run of ``python -m bench --scenarios fidelity`` lives here, so
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+import _testvenvs
 import pytest
-from conftest import IN_CI
+from servers import unavailable
 
 from bench import fidelity
 from kernelexec import AsyncSession
 from kernelexec._kernel import streams
 
 ROOT = Path(__file__).parent.parent
-OLD_IPYKERNEL = os.environ.get("KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON")
-
-
-def _oldest_supported() -> str:
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    found = re.search(r'"ipykernel>=([0-9.]+)"', pyproject)
-    assert found, "pyproject.toml names no lower bound for ipykernel"
-    return found.group(1)
 
 
 async def test_stress_outputs_are_exact(tmp_path: Path) -> None:
@@ -144,16 +135,16 @@ def test_an_unknown_ipykernel_runs_stock_streams_with_a_log_line() -> None:
     assert "ipykernel 6.29.5 is not 7.x; using its stock output streams" in proc.stderr
 
 
-@pytest.mark.skipif(
-    OLD_IPYKERNEL is None and not IN_CI,
-    reason="set KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON to a Python with the oldest ipykernel",
-)
+@pytest.mark.test_venv("oldest-ipykernel")
 async def test_the_oldest_supported_ipykernel_gives_exact_outputs(tmp_path: Path) -> None:
-    assert OLD_IPYKERNEL, "CI=true: KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON must be set (.ci/run)"
-    async with AsyncSession(tmp_path / "version", python=OLD_IPYKERNEL) as session:
+    problem = _testvenvs.problem("oldest-ipykernel")
+    if problem is not None:
+        unavailable(f"no Python with the oldest ipykernel: {problem}")
+    python = str(_testvenvs.oldest_ipykernel_python())
+    async with AsyncSession(tmp_path / "version", python=python) as session:
         shown = await session.execute(
             "import ipykernel, sys; print(ipykernel.__version__, type(sys.stdout).__name__)"
         )
-    assert shown.stdout.split() == [_oldest_supported(), "ChunkedOutStream"]
-    report = await fidelity.run(lambda: fidelity.KernelexecRunner(OLD_IPYKERNEL), 400, tmp_path)
+    assert shown.stdout.split() == [_testvenvs.oldest_ipykernel(), "ChunkedOutStream"]
+    report = await fidelity.run(lambda: fidelity.KernelexecRunner(python), 400, tmp_path)
     assert report.differences == [], json.dumps(report.examples, indent=1)

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
+from _nobody import NOBODY, as_nobody
 from _serverproc import free_port
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import TextContent
@@ -38,7 +39,6 @@ from kernelexec import AsyncSession, DockerBackend, GatewayBackend
 # Every test here holds for kernels forked from a zygote and for spawned ones.
 pytestmark = pytest.mark.usefixtures("kernel_start")
 
-NOBODY = 65534
 # Run inside the kernel. The marker is split so that this code, which the
 # owner process holds too, does not count as a find.
 PROBE = r"""
@@ -203,47 +203,10 @@ class Owner:
             "--clear-groups",
             "--inh-caps=-all",
         ]
-        hidden = _unreachable_python_root()
-        if hidden is None:
-            return [*setpriv, *command]
-        # This Python lives under root's 0700 home: in a private mount
-        # namespace, a tmpfs over the home shows just the Python tree to the
-        # unprivileged user. Nothing changes outside that namespace.
-        mount_point = self.base / "python-tree"
-        mount_point.mkdir()
-        script = (
-            'mount --bind "$1" "$3" && mount -t tmpfs -o mode=755 tmpfs "$2" && '
-            'mkdir -p "$1" && mount --bind "$3" "$1" && shift 3 && exec "$@"'
-        )
-        return [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-            str(hidden),
-            str(hidden.parent),
-            str(mount_point),
-            *setpriv,
-            *command,
-        ]
+        return as_nobody(list(command), self.base, setpriv)
 
     def planted(self) -> set[str]:
         return {*self.env_secrets.values(), self.argv_token}
-
-
-def _unreachable_python_root() -> Path | None:
-    """The top folder of this Python under an unreadable home, if that is where it is."""
-    home = Path.home()
-    executable = Path(sys.executable).resolve()
-    if home == Path("/") or home not in executable.parents:
-        return None
-    if home.stat().st_mode & 0o005 == 0o005:
-        return None
-    return home / executable.relative_to(home).parts[0]
 
 
 @pytest.fixture(params=["root", "nobody"])

@@ -71,6 +71,29 @@ def test_agent_runs_python_bang_commands_and_bash_blocks(
     assert f"bash in {executor.output_dir}" in answer
 
 
+def test_blocks_that_are_not_code_are_skipped_as_run_markdown_skips_them(
+    executor: KernelexecCodeExecutor,
+) -> None:
+    # Issue 26: AG2's door refused a json block (UnsupportedLanguage, exit code 1)
+    # that `kernelexec run` and run_markdown skip.
+    answer = reply(
+        agent_with(executor),
+        'The payload:\n```json\n{"n": 6}\n```\nThen:\n```python\nprint(6 * 7)\n```\n'
+        "Expected output:\n```text\n42\n```\n",
+    )
+    assert answer == (
+        "exitcode: 0 (execution succeeded)\nCode output: "
+        "[kernelexec] block 1 (json): skipped: not code\n\n42\n\n"
+        "[kernelexec] block 3 (text): skipped: not code\n"
+    )
+    # An unlabelled block AG2 could not place ("") is read as run_markdown reads one.
+    bare = executor.execute_code_blocks(
+        [CodeBlock(code="Hello, world!", language=""), CodeBlock(code="ls -d .", language="")]
+    )
+    assert bare.exit_code == 0 and "neither Python nor shell" in bare.output
+    assert bare.output.endswith("\n.\n")
+
+
 def test_hello_world(executor: KernelexecCodeExecutor) -> None:
     result = run(executor, "print('hello world!')")
     assert isinstance(result, IPythonCodeResult)

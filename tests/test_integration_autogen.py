@@ -142,6 +142,22 @@ async def test_kernel_cwd_is_output_dir_and_shell_blocks_run_as_shell(
     assert f"shell in {executor.output_dir}" in lines and "bash" in lines and "made.txt" in lines
 
 
+async def test_blocks_that_are_not_code_are_skipped_as_run_markdown_skips_them(
+    executor: KernelexecCodeExecutor,
+) -> None:
+    blocks = [
+        CodeBlock(code='{"n": 6}', language="json"),
+        CodeBlock(code="print(6 * 7)", language="python"),
+        CodeBlock(code="42", language="output"),
+    ]
+    result = await executor.execute_code_blocks(blocks, CancellationToken())
+    assert (result.exit_code, result.output) == (
+        0,
+        "[kernelexec] block 1 (json): skipped: not code\n\n42\n\n"
+        "[kernelexec] block 3 (output): skipped: not code\n",
+    )
+
+
 async def test_other_languages_are_refused_without_running(
     executor: KernelexecCodeExecutor,
 ) -> None:

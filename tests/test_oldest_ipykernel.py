@@ -3,7 +3,7 @@
 kernelexec/_kernel/streams.py reaches into ipykernel's private parts, so the
 tests that check what a kernel sends run once more with the test process, and
 so every kernel it starts, on a Python whose ipykernel is the lower bound
-(``.ci/run`` makes that venv and names it in KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON).
+(the suite makes that venv before the tests run: tests/_testvenvs.py).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import _testvenvs
 import pytest
-from conftest import IN_CI
+from servers import unavailable
 
 ROOT = Path(__file__).parent.parent
-OLD_IPYKERNEL = os.environ.get("KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON")
 KERNEL_SIDE_TESTS = [
     "tests/test_session.py",
     "tests/test_reducer.py",
@@ -26,15 +26,18 @@ KERNEL_SIDE_TESTS = [
 
 
 @pytest.mark.timeout(1500)
-@pytest.mark.skipif(
-    OLD_IPYKERNEL is None and not IN_CI,
-    reason="set KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON to a Python with the oldest ipykernel",
-)
+@pytest.mark.test_venv("oldest-ipykernel")
 def test_the_kernel_side_tests_pass_on_the_oldest_ipykernel() -> None:
-    assert OLD_IPYKERNEL, "CI=true: KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON must be set (.ci/run)"
+    problem = _testvenvs.problem("oldest-ipykernel")
+    if problem is not None:
+        unavailable(f"no Python with the oldest ipykernel: {problem}")
+    python = str(_testvenvs.oldest_ipykernel_python())
+    version = "import ipykernel; print(ipykernel.__version__)"
+    found = subprocess.run([python, "-c", version], capture_output=True, text=True, timeout=120)
+    assert found.stdout.strip() == _testvenvs.oldest_ipykernel(), found.stderr[-2000:]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     done = subprocess.run(
-        [OLD_IPYKERNEL, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KERNEL_SIDE_TESTS],
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KERNEL_SIDE_TESTS],
         cwd=ROOT,
         env=env,
         capture_output=True,

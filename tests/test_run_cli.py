@@ -344,6 +344,81 @@ def test_stdin_is_a_message_when_it_has_fences_and_python_otherwise(tmp_path: Pa
     assert proc.returncode == 0 and proc.stdout == "42\n", proc.stderr
 
 
+# Issue 26: an LLM's message with an unlabelled fence of what the code prints.
+# It ran as Python (a SyntaxError), so the bash block after it was "not run".
+OUTPUT_FENCE_MESSAGE = """\
+I'll total the week's sales. The data, for reference:
+
+```json
+{"mon": 12, "tue": 19, "wed": 7}
+```
+
+Now the code:
+
+```python
+sales = {"mon": 12, "tue": 19, "wed": 7}
+for day, n in sales.items():
+    print(f"{day}: {n}")
+print("total:", sum(sales.values()))
+```
+
+Expected output:
+
+```
+mon: 12
+tue: 19
+wed: 7
+total: 38
+
+| day | n  |
+|-----|----|
+| mon | 12 |
+```
+
+Finally, check the work dir:
+
+```bash
+echo "bash ran in $(basename "$PWD")"
+```
+"""
+
+
+def test_an_unlabelled_fence_of_output_is_skipped_and_the_rest_runs(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    proc = run("-", "--json", "--work-dir", str(work), stdin=OUTPUT_FENCE_MESSAGE)
+    *blocks, final = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [(b["index"], b["language"], b["line"], b["status"]) for b in blocks] == [
+        (1, "json", 3, "skipped"),
+        (2, "python", 9, "ok"),
+        (3, "", 18, "skipped"),
+        (4, "bash", 31, "ok"),
+    ]
+    assert blocks[0]["message"] == "skipped: not code"
+    assert blocks[2]["message"] == (
+        "skipped: an unlabelled block after 'Expected output:' reads as program output; "
+        "label it ```python or ```bash to run it"
+    )
+    assert blocks[1]["result"]["stdout"] == "mon: 12\ntue: 19\nwed: 7\ntotal: 38\n"
+    assert blocks[3]["result"]["stdout"] == "bash ran in work\n"
+    assert final["summary"].startswith("4 blocks: 2 ok, 2 skipped")
+    # A person sees why, and --strict runs the fence as python, as before.
+    proc = run("-", "--work-dir", str(tmp_path / "seen"), stdin=OUTPUT_FENCE_MESSAGE)
+    assert "--- [3/4] unlabelled, line 18: skipped (an unlabelled block after" in proc.stderr
+    strict_dir = str(tmp_path / "strict")
+    strict = run("-", "--strict", "--work-dir", strict_dir, stdin=OUTPUT_FENCE_MESSAGE)
+    assert strict.returncode == 1 and "SyntaxError" in strict.stderr
+    assert "4 blocks: 1 ok, 1 error, 1 skipped, 1 not run" in strict.stderr
+
+
+def test_an_unlabelled_fence_of_shell_commands_runs_as_bash(tmp_path: Path) -> None:
+    message = "Make the folder:\n\n```\nmkdir -p data && echo made\n```\n"
+    proc = run("-", "--work-dir", str(tmp_path / "w"), stdin=message)
+    assert proc.returncode == 0 and proc.stdout == "made\n", proc.stderr
+    assert "--- [1/1] bash, line 3: mkdir -p data && echo made" in proc.stderr
+    assert (tmp_path / "w" / "data").is_dir()
+
+
 def test_a_notebook_runs_its_code_cells(tmp_path: Path) -> None:
     notebook = nbformat.v4.new_notebook(
         cells=[

@@ -192,7 +192,7 @@ def test_the_clients_fork_checkpoint_and_restore(tmp_path: Path) -> None:
             assert fork.fork_report is not None and fork.fork_report.method == "process"
             assert fork.execute("y['a'] + 1").text == "2\n"
             checkpoint = session.checkpoint()
-            assert [v["name"] for v in checkpoint.variables] == ["y"]
+            assert [v.name for v in checkpoint.variables] == ["y"]
             assert "y (dict)" in checkpoint.text
             restored = client.restore(checkpoint)
             assert restored.restore_report is not None

@@ -21,7 +21,9 @@ from servers import kernel_image
 from kernelexec import AsyncClient, Client, Limits, ServerError
 from kernelexec._server._options import OPTION_FIELDS
 
-PYTHON = str(Path(sys.executable).resolve())
+# This interpreter as named, not resolved: in a venv, bin/python links to the base
+# interpreter, which lacks the venv's packages (ipykernel among them).
+PYTHON = os.path.abspath(sys.executable)
 
 
 @pytest.fixture(scope="module")
@@ -175,8 +177,10 @@ def test_only_the_interpreters_the_operator_allows(tmp_path: Path) -> None:
             assert PYTHON in message and "--allow-python" in message
         for python in (PYTHON, str(alias)):  # a link to an allowed one is that one
             sid = server.create(python=python)
-            ran = server.execute(sid, "import sys, os; print(os.path.realpath(sys.executable))")
-            assert ran["stdout"].strip() == PYTHON
+            # The operator's spelling runs: this venv's interpreter with its packages,
+            # not the base interpreter a link resolves to.
+            ran = server.execute(sid, "import sys; print(sys.executable, sys.prefix)")
+            assert ran["stdout"].split() == [PYTHON, sys.prefix], ran
             assert server.http.get(f"/sessions/{sid}").json()["options"] == {"python": PYTHON}
             server.http.delete(f"/sessions/{sid}")
     finally:

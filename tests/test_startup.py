@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _nobody import NOBODY, as_nobody
 from _serverproc import descendants
 from conftest import process_gone
 
@@ -37,7 +38,6 @@ COMMANDS = {
 }
 # The commands with a work root (the gateway's kernels start in the client's dir).
 WITH_WORK_ROOT = ("serve", "mcp --http")
-NOBODY = 65534
 # Every character the token rule allows besides letters and digits.
 ODD_TOKEN = "Ab0-._~+/xyz=="
 
@@ -171,30 +171,11 @@ def shared_base() -> Iterator[Path]:
 
 
 def unprivileged(argv: list[str], base: Path) -> list[str]:
-    """``argv`` run as an unprivileged user: as this one, or as nobody if this is root.
-
-    This Python may sit under root's 0700 home: then, in a private mount
-    namespace (nothing changes outside it), a tmpfs over the home shows
-    nobody just the Python tree.
-    """
+    """``argv`` run as an unprivileged user: as this one, or as nobody if this is root."""
     if os.geteuid() != 0:
         return argv
     become = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    home = Path.home()
-    python = Path(sys.executable).resolve()
-    if home == Path("/") or home not in python.parents or home.stat().st_mode & 0o001:
-        return [*become, *argv]
-    tree = home / python.relative_to(home).parts[0]
-    aside = base / "python-tree"
-    aside.mkdir(exist_ok=True)
-    script = (
-        'mount --bind "$1" "$3" && mount -t tmpfs -o mode=755 tmpfs "$2" && '
-        'mkdir -p "$1" && mount --bind "$3" "$1" && shift 3 && exec "$@"'
-    )
-    return [
-        *("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"),
-        *(str(tree), str(home), str(aside), *become, *argv),
-    ]
+    return as_nobody(argv, base, become)
 
 
 @pytest.mark.parametrize("command", WITH_WORK_ROOT)

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from kernelexec import AsyncSession
+from kernelexec import AsyncSession, Session
 
 
 async def test_transcript_validates_and_replays_with_the_same_stdout(tmp_path: Path) -> None:
@@ -203,3 +203,35 @@ async def test_a_fork_of_a_kernel_that_made_its_transcript_a_pipe_does_not_hang(
         assert stat.S_ISFIFO((tmp_path / "parent" / "transcript.ipynb").lstat().st_mode)
         async with await parent.fork(tmp_path / "child") as child:
             assert (await child.execute("print(x)")).stdout == "1\n"
+
+
+def test_the_readme_opens_a_transcript_in_jupyterlab_as_it_says(tmp_path: Path) -> None:
+    """The README's command for reading a transcript in JupyterLab: JupyterLab, started
+    as it says from where the Quick start ran, serves the transcript whole."""
+    from _labproc import LabProcess
+    from test_readme import BLOCKS, pip_installs
+
+    (block,) = [
+        b for b in BLOCKS if b.section == "The transcript and replay" and "jupyter lab" in b.code
+    ]
+    assert "jupyterlab" in [r for line in block.code.splitlines() for r in pip_installs(line)]
+    lines = block.code.splitlines()
+    (command,) = [line.split("#")[0].split() for line in lines if line.startswith("jupyter lab ")]
+    assert command[:2] == ["jupyter", "lab"], command
+    with Session(tmp_path / "demo") as session:  # the Quick start's --work-dir demo
+        session.execute("import pandas as pd\npd.DataFrame({'city': ['Oslo'], 'temp': [4.5]})")
+        session.execute("print('total: 77')")
+    lab = LabProcess(tmp_path, None, tuple(command[2:]))
+    try:
+        served = lab.http.get(f"/api/contents/{command[2]}", params={"content": "1"})
+        assert served.status_code == 200, served.text
+        model = served.json()
+        assert model["type"] == "notebook" and model["path"] == "demo/transcript.ipynb"
+        on_disk = nbformat.read(tmp_path / "demo" / "transcript.ipynb", as_version=4)
+        assert [c["source"] for c in model["content"]["cells"]] == [
+            c["source"] for c in on_disk.cells
+        ]
+        assert "text/html" in model["content"]["cells"][0]["outputs"][0]["data"]  # the table
+        assert lab.http.get(f"/lab/tree/{command[2]}").status_code == 200  # the page it opens
+    finally:
+        lab.stop()

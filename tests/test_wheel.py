@@ -1,6 +1,8 @@
 """kernelexec as a package: the wheel and sdist built from the repo, installed in a
 fresh venv outside the checkout, run the Quick start's main job, the library, every
-extra, and ``kernelexec image build`` (its Dockerfile is package data).
+extra, and ``kernelexec image build`` (its Dockerfile is package data). The metadata a
+user trusts (licence, authors, classifiers) is there, and the core install is lean:
+no Jupyter server, and each door that needs an extra says which.
 
 One test, not several: under pytest-xdist each test module's fixtures are made
 once per worker, and the venv is the slow part.
@@ -8,6 +10,7 @@ once per worker, and the venv is the slow part.
 
 from __future__ import annotations
 
+import email.message
 import email.parser
 import json
 import os
@@ -42,7 +45,33 @@ EXTRAS = {
     ],
     "mcp": ["kernelexec._mcp._http"],
     "otel": ["opentelemetry.sdk.trace", "kernelexec._telemetry"],
+    "gateway": ["kernel_gateway", "kernelexec._cli.gateway"],
 }
+# Installed only with an extra: a core install that had them would be 40 packages heavier.
+NOT_IN_CORE = {"jupyter-server", "jupyter-kernel-gateway", "nbconvert", "terminado"}
+# Each integration module without its extra: the error names the extra.
+NEEDS_EXTRA = {
+    "kernelexec.integrations.autogen": "autogen",
+    "kernelexec.integrations.ag2": "ag2",
+    "kernelexec.integrations.ag2_tools": "ag2",
+    "kernelexec.integrations.ag2_beta": "ag2",
+}
+CLASSIFIERS = {
+    "Framework :: Jupyter",
+    "Operating System :: POSIX :: Linux",
+    "Programming Language :: Python :: 3 :: Only",
+    "Typing :: Typed",
+}
+TRY_IMPORT = """
+import importlib, json, sys
+errors = {}
+for module in sys.argv[1:]:
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        errors[module] = [type(exc).__name__, str(exc)]
+print(json.dumps(errors))
+"""
 # The README's first library snippet, as a user of the installed package runs it.
 LIBRARY = """
 import json, sys
@@ -77,6 +106,7 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
     dist = tmp_path / "dist"
     wheel, sdist = _build(_clean_copy(tmp_path / "src"), dist)
     _check_contents(wheel, sdist)
+    _check_metadata(wheel, sdist)
     _run([sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)])
 
     venv = tmp_path / "venv"
@@ -91,6 +121,7 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
     # The Quick start's main job, on the package alone (no extra).
     pip = [str(python), "-m", "pip", "install", "--quiet", "--no-compile"]  # .pyc: not tested
     _run([*pip, str(wheel)], cwd=home, env=env)
+    _check_core_install(python, kernelexec_command, home, env)
     shutil.copy(REPO / "notebooks" / "agent-message.md", home)
     job = _run(
         [str(kernelexec_command), "run", "agent-message.md", "--work-dir", "demo"],
@@ -204,6 +235,7 @@ def _check_contents(wheel: Path, sdist: Path) -> None:
         in_sdist = {n.removeprefix(root) for n in archive.getnames()}
     wanted = package | {
         "README.md",
+        "LICENSE",
         "pyproject.toml",
         "MANIFEST.in",
         "docker/README.md",
@@ -218,11 +250,58 @@ def _check_contents(wheel: Path, sdist: Path) -> None:
     assert not [n for n in in_sdist if "/.venvs/" in n or n.endswith(".pyc")]
 
 
-def _extras(wheel: Path) -> set[str]:
+def _metadata(wheel: Path) -> email.message.Message:
     with zipfile.ZipFile(wheel) as archive:
         (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        metadata = email.parser.Parser().parsestr(archive.read(name).decode())
-    return set(metadata.get_all("Provides-Extra") or [])
+        return email.parser.Parser().parsestr(archive.read(name).decode())
+
+
+def _extras(wheel: Path) -> set[str]:
+    return set(_metadata(wheel).get_all("Provides-Extra") or [])
+
+
+def _check_metadata(wheel: Path, sdist: Path) -> None:
+    """What a user checks before trusting a package: its licence (the text too), who
+    made it, what it is for; and no address that leads nowhere."""
+    metadata = _metadata(wheel)
+    assert metadata["License-Expression"] == "BSD-3-Clause"
+    assert metadata.get_all("License-File") == ["LICENSE"]
+    assert metadata["Author"] == "The kernelexec authors"
+    assert CLASSIFIERS <= set(metadata.get_all("Classifier") or [])
+    assert not [c for c in metadata.get_all("Classifier") or [] if c.startswith("License ::")]
+    assert metadata.get_all("Project-URL") is None and metadata["Home-page"] is None
+    licence = (REPO / "LICENSE").read_text()
+    assert "BSD 3-Clause License" in licence and "the kernelexec authors" in licence
+    with zipfile.ZipFile(wheel) as archive:
+        (shipped,) = [n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        assert archive.read(shipped).decode() == licence
+    with tarfile.open(sdist) as archive:
+        member = archive.extractfile(f"kernelexec-{kernelexec.__version__}/LICENSE")
+        assert member is not None and member.read().decode() == licence
+
+
+def _check_core_install(python: Path, command: Path, home: Path, env: dict[str, str]) -> None:
+    """The core install: no Jupyter server; the version it says is the package's; each
+    door that needs an extra names it."""
+    listed = _run([str(python), "-m", "pip", "list", "--format=json"], cwd=home, env=env)
+    names = {p["name"].lower().replace("_", "-") for p in json.loads(listed.stdout)}
+    assert not names & NOT_IN_CORE, names & NOT_IN_CORE
+    version = _run([str(command), "--version"], cwd=home, env=env)
+    assert version.stdout == f"kernelexec {kernelexec.__version__}\n"
+    gateway = subprocess.run(
+        [str(command), "gateway", "--port", "0"],
+        cwd=home, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert gateway.returncode == 2 and gateway.stdout == "", gateway.stderr
+    assert gateway.stderr.startswith("kernelexec: kernelexec gateway needs the gateway extra: ")
+    assert "pip install -e '.[gateway]'" in gateway.stderr and gateway.stderr.count("\n") == 1
+    tried = _run([str(python), "-c", TRY_IMPORT, *NEEDS_EXTRA], cwd=home, env=env)
+    errors = json.loads(tried.stdout)
+    for module, extra in NEEDS_EXTRA.items():
+        kind, message = errors[module]
+        assert kind == "ModuleNotFoundError", errors[module]
+        assert message.startswith(f"{module} needs the {extra} extra: "), message
+        assert f"pip install -e '.[{extra}]' from a clone, or the wheel with [{extra}]" in message
 
 
 def _image_exists(tag: str) -> bool:

@@ -10,6 +10,7 @@ from .. import __version__
 from .._exceptions import KernelexecError
 from .._secrecy import drop_capabilities, protect_process
 from . import attach, cleanup, gateway, image, mcp, replay, run, serve
+from ._suggest import Parser
 
 __all__ = ["main"]
 
@@ -42,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="kernelexec",
         description="Stateful code execution on Jupyter kernels.",
         epilog=_EXAMPLE,

@@ -155,7 +155,8 @@ class TerminalView(View):
 
     def finished(self, outcome: BlockResult, *, interrupted: bool = False) -> None:
         if outcome.status in ("skipped", "not_run"):
-            why = "skipped (not code)" if outcome.status == "skipped" else "not run"
+            reason = (outcome.message or "").removeprefix("skipped: ") or "not code"
+            why = f"skipped ({reason})" if outcome.status == "skipped" else "not run"
             self._line(self._title(outcome, why), "2")
             return
         result = outcome.result
@@ -190,6 +191,7 @@ class TerminalView(View):
 
     def _title(self, block: CodeBlock | BlockResult, what: str) -> str:
         language = block.language if isinstance(block, BlockResult) else block.shown_language
+        language = language or "unlabelled"
         where = f", line {block.line}" if block.line is not None else ""
         if self.err.colour:
             return f"── [{block.index}/{self.total}] {language}{where}: {what}"

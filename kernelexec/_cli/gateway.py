@@ -33,6 +33,8 @@ import sys
 from typing import Any
 
 from .._environment import kernel_env, server_token
+from .._exceptions import ConfigurationError
+from .._extras import missing_extra
 from .._secrecy import drop_capabilities, protect_process
 from ._startup import DEFAULT_PORTS, resolve_token, url
 
@@ -62,7 +64,9 @@ def add_command(commands: Any) -> None:
         "gateway",
         help="run a local Jupyter Kernel Gateway tuned for agents",
         description="Runs a Jupyter Kernel Gateway for GatewayBackend: token required, "
-        "TCP_NODELAY on kernel WebSockets, no IOPub rate limit, no secrets in kernels.",
+        "TCP_NODELAY on kernel WebSockets, no IOPub rate limit, no secrets in kernels. Needs "
+        "the gateway extra (pip install -e '.[gateway]' from a clone, or the wheel with "
+        "[gateway]).",
         epilog="example:\n"
         '  kernelexec gateway --token "$KERNELEXEC_TOKEN"   # GatewayBackend(url, token=...)\n',
     )
@@ -96,6 +100,10 @@ def add_command(commands: Any) -> None:
 def _gateway(args: argparse.Namespace) -> int:
     from .._server._serve import check_port
 
+    try:
+        import kernel_gateway  # noqa: F401  (Jupyter Kernel Gateway: the gateway extra)
+    except ImportError as exc:
+        raise ConfigurationError(str(missing_extra("kernelexec gateway", "gateway", exc))) from None
     return run_gateway(
         port=check_port(args.port),
         token=args.token,

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._environment import server_token
 from .._exceptions import ConfigurationError
+from .._extras import missing_extra
 from .._server._token import check_token
 from ._startup import (
     DEFAULT_PORTS,
@@ -36,7 +37,8 @@ def add_command(commands: Any) -> None:
         "restart_session, interrupt_session, fork_session, checkpoint_session, "
         "restore_session, list_files, read_file, get_notebook. Its "
         "sessions are its own, or with --server those of a running `kernelexec serve`, "
-        "shared with its HTTP clients. Needs 'pip install kernelexec[mcp]'.",
+        "shared with its HTTP clients. Needs the mcp extra (pip install -e '.[mcp]' from a "
+        "clone, or the wheel with [mcp]).",
         epilog="example:\n"
         "  kernelexec mcp --work-root runs        # the command an MCP client's config runs\n"
         "  KERNELEXEC_TOKEN=... kernelexec mcp --server http://127.0.0.1:8765\n",
@@ -99,10 +101,7 @@ def _mcp(args: argparse.Namespace) -> int:
     try:
         from .._mcp import McpConfig, build_server
     except ImportError as exc:
-        print(
-            f"kernelexec: the MCP server needs the mcp SDK: pip install 'kernelexec[mcp]' ({exc})",
-            file=sys.stderr,
-        )
+        print(f"kernelexec: {missing_extra('kernelexec mcp', 'mcp', exc)}", file=sys.stderr)
         return 2
     if (
         not args.timeout > 0

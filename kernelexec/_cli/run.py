@@ -59,10 +59,12 @@ def add_command(commands: Any) -> None:
         description="Runs the python and shell blocks of a markdown message in order in one "
         "session, showing their output as it happens; blocks that are not code (text, output, "
         "console, json, yaml, csv, diff, ...) are skipped, and the run stops after the first "
-        "failure. A .py or .sh file runs as one block, a .ipynb runs its code cells (to compare "
-        "them with their recorded outputs, use `kernelexec replay`). Exits 0 if every block "
-        "succeeded, 1 if one failed or nothing ran, 2 if kernelexec could not run, 130 after "
-        "Ctrl-C.",
+        "failure. An unlabelled block runs as python or, if it is shell commands, as bash; one "
+        "that holds output (right after a line like 'Expected output:') or text is skipped "
+        "(--strict runs it as python). A .py or .sh file runs as one block, a .ipynb runs its "
+        "code cells (to compare them with their recorded outputs, use `kernelexec replay`). "
+        "Exits 0 if every block succeeded, 1 if one failed or nothing ran, 2 if kernelexec could "
+        "not run, 130 after Ctrl-C.",
         epilog=EXAMPLE,
     )
     run.add_argument(
@@ -80,6 +82,13 @@ def add_command(commands: Any) -> None:
         help="where files and the transcript go (default: a new temp dir, always printed)",
     )
     run.add_argument(
+        "--strict",
+        action="store_true",
+        help="run every unlabelled fence as python, where by default one holding output "
+        "(after a line like 'Expected output:', or printed values) or text is skipped, and "
+        "one of shell commands runs as bash",
+    )
+    run.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object per block as it ends, then one with the work dir",
@@ -95,7 +104,7 @@ def add_command(commands: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        blocks, source = _read_blocks(args.file, args.lang)
+        blocks, source = _read_blocks(args.file, args.lang, strict=args.strict)
     except _BadInput as exc:
         print(f"kernelexec: {exc}", file=sys.stderr)
         return 2
@@ -105,7 +114,7 @@ def _run(args: argparse.Namespace) -> int:
     return asyncio.run(_Run(args, blocks, view).main())
 
 
-def _read_blocks(file: str, lang: str | None) -> tuple[list[CodeBlock], str]:
+def _read_blocks(file: str, lang: str | None, *, strict: bool) -> tuple[list[CodeBlock], str]:
     """The blocks to run, and how to name the input in messages."""
     source = "stdin" if file == "-" else file
     path = Path(file)
@@ -120,7 +129,7 @@ def _read_blocks(file: str, lang: str | None) -> tuple[list[CodeBlock], str]:
     if not kind:
         kind = "markdown" if extract_code_blocks(text) else "python"
     if kind in _MARKDOWN:
-        return extract_code_blocks(text), source
+        return extract_code_blocks(text, strict=strict), source
     if normalize_language(kind) is None:
         raise _BadInput(f"--lang {lang!r}: use markdown, python or bash")
     return [CodeBlock(index=1, language=kind, code=text, line=1)], source
@@ -150,13 +159,13 @@ def _notebook_blocks(text: str, source: str) -> list[CodeBlock]:
 
 def _nothing_to_run(blocks: list[CodeBlock], source: str, view: View) -> int:
     if blocks:
-        tags = ", ".join(sorted({block.language for block in blocks}))
+        tags = ", ".join(sorted({block.language or "unlabelled" for block in blocks}))
         what = f"its {len(blocks)} fenced blocks are not code ({tags})"
     else:
         what = "it has no fenced code blocks"
     error = f"nothing to run in {source}: {what}; fence code as ```python or ```bash"
     for block in blocks:
-        view.finished(BlockResult.of(block, "skipped", message="skipped: not code"))
+        view.finished(BlockResult.of(block, "skipped", message=f"skipped: {block.skip_reason}"))
     print(f"kernelexec: {error}", file=sys.stderr)
     view.summary(Ending(summarize(["skipped"] * len(blocks)), 1, error=error))
     return 1

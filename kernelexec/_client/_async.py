@@ -18,6 +18,7 @@ from .._fork import ForkMethod, ForkReport
 from .._live import OutputListener
 from .._models import ExecutionResult, Limits
 from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
+from .._variables import Variable, VariableDetail
 from ._base import (
     DEFAULT_URL,
     Call,
@@ -139,7 +140,7 @@ class AsyncClient:
             )
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc) from exc
-        if response.is_error:
+        if call.raises(response):
             raise error_for(response)
         return call.read(response)
 
@@ -320,6 +321,14 @@ class AsyncRemoteSession:
     async def checkpoint(self, *, files: bool = True) -> CheckpointInfo:
         """See ``RemoteSession.checkpoint``."""
         return await self.client._send(calls.checkpoint(self.id, files))
+
+    async def variables(self) -> list[Variable]:
+        """The kernel's variables, without running a cell (as ``AsyncSession.variables``)."""
+        return await self.client._send(calls.variables(self.id))
+
+    async def inspect(self, name: str) -> VariableDetail | None:
+        """One variable in detail, or None if the kernel has no such name."""
+        return await self.client._send(calls.inspect(self.id, name))
 
     async def files(self) -> list[FileInfo]:
         return await self.client._send(calls.files(self.id))

@@ -25,6 +25,7 @@ from .._exceptions import (
 from .._fork import ForkReport
 from .._models import ExecutionResult, Limits
 from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
+from .._variables import Variable, VariableDetail
 
 __all__ = [
     "DEFAULT_URL",
@@ -49,6 +50,8 @@ class Call(Generic[T]):
     Attributes:
         long: it waits on a kernel (start, execution, restart), so it gets no
             read timeout: the server bounds it (execution timeouts, start timeout).
+        tolerated: an error status that ``read`` reads rather than the client
+            raising it (a variable that is not there is None, as locally).
     """
 
     method: str
@@ -58,6 +61,11 @@ class Call(Generic[T]):
     content: bytes | None = None
     params: Mapping[str, str] | None = None
     long: bool = False
+    tolerated: int | None = None
+
+    def raises(self, response: httpx.Response) -> bool:
+        """Whether the answer is an error to raise (``error_for``) rather than read."""
+        return response.is_error and response.status_code != self.tolerated
 
     def options(self, timeout: float | None) -> dict[str, Any]:
         """Keyword arguments for ``httpx.Client.request`` (or ``stream``)."""
@@ -207,6 +215,14 @@ def _nothing(response: httpx.Response) -> None:
     return None
 
 
+def _detail(response: httpx.Response) -> VariableDetail | None:
+    if response.status_code == 404:
+        if error_for(response).code == "variable_not_found":
+            return None  # as AsyncSession.inspect says of a name it does not hold
+        raise error_for(response)
+    return VariableDetail.from_dict(response.json())
+
+
 def _s(session_id: str) -> str:
     return f"/sessions/{quote(session_id, safe='')}"
 
@@ -337,6 +353,19 @@ class calls:  # a namespace of Call builders, lower case like a module
             json=body,
             long=True,
         )
+
+    @staticmethod
+    def variables(session_id: str) -> Call[list[Variable]]:
+        return Call(
+            "GET",
+            f"{_s(session_id)}/variables",
+            lambda r: [Variable.from_dict(v) for v in r.json()["variables"]],
+        )
+
+    @staticmethod
+    def inspect(session_id: str, name: str) -> Call[VariableDetail | None]:
+        path = f"{_s(session_id)}/variables/{quote(name, safe='')}"
+        return Call("GET", path, _detail, tolerated=404)
 
     @staticmethod
     def interrupt(session_id: str) -> Call[None]:

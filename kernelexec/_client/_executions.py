@@ -199,9 +199,9 @@ class _Known:
         self.status: str | None = data.get("status")
         self.language = str(data.get("language", "python"))
         self.code = str(data.get("code", ""))
-        self.created = float(data.get("created") or 0.0)
-        self.started: float | None = data.get("started")
-        self.finished: float | None = data.get("finished")
+        self.created = str(data.get("created") or "")
+        self.started: str | None = data.get("started")
+        self.finished: str | None = data.get("finished")
         self.events_end = int(data.get("events", 0))
         if data.get("result") is not None:
             self.result = ExecutionResult.from_dict(data["result"])

@@ -14,6 +14,7 @@ from .._fork import ForkMethod, ForkReport
 from .._live import OutputListener
 from .._models import ExecutionResult, Limits
 from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
+from .._variables import Variable, VariableDetail
 from ._base import (
     DEFAULT_URL,
     Call,
@@ -159,7 +160,7 @@ class Client:
             response = self._http.request(call.method, call.path, **call.options(self.timeout))
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc) from exc
-        if response.is_error:
+        if call.raises(response):
             raise error_for(response)
         return call.read(response)
 
@@ -315,6 +316,14 @@ class RemoteSession:
         ``client.restore(checkpoint)`` makes a session from it.
         """
         return self.client._send(calls.checkpoint(self.id, files))
+
+    def variables(self) -> list[Variable]:
+        """The kernel's variables, without running a cell (as ``Session.variables``)."""
+        return self.client._send(calls.variables(self.id))
+
+    def inspect(self, name: str) -> VariableDetail | None:
+        """One variable in detail, or None if the kernel has no such name."""
+        return self.client._send(calls.inspect(self.id, name))
 
     def files(self) -> list[FileInfo]:
         """Every file in the session's work dir."""

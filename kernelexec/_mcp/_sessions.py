@@ -15,6 +15,7 @@ from .._exceptions import ConfigurationError, KernelStartError
 from .._remote_models import SessionInfo
 from .._server._options import SessionOptions, SessionPolicy
 from .._session import AsyncSession
+from .._times import iso
 from ._making import Making
 
 __all__ = ["McpConfig", "SessionError", "Sessions", "check_name"]
@@ -258,8 +259,8 @@ class Sessions:
                 state="busy" if entry.busy else "idle",
                 kernel_name=self.config.kernel_name,
                 timeout=entry.session.timeout,
-                created=entry.created,
-                last_activity=entry.last_activity,
+                created=iso(entry.created),
+                last_activity=iso(entry.last_activity),
                 executions=entry.executions,
             ).to_dict()
             | {"options": entry.options.to_dict(), "work_dir": str(entry.session.work_dir)}

@@ -220,13 +220,9 @@ class CheckpointStore:
             session=session if session and _ID.fullmatch(session) else None,
             suspend=checkpoint_id in self.suspends,
             python=checkpoint.python,
-            variables=[
-                {"name": v.name, "type": v.type, "size": v.size} for v in checkpoint.variables
-            ],
+            variables=list(checkpoint.variables),
             modules=dict(checkpoint.modules),
-            skipped=[
-                {"name": s.name, "type": s.type, "reason": s.reason} for s in checkpoint.skipped
-            ],
+            skipped=list(checkpoint.skipped),
             files=checkpoint.files,
             size=checkpoint.size,
             packages=dict(checkpoint.packages),

@@ -13,6 +13,7 @@ from .._checkpoint import RestoreReport
 from .._fork import ForkReport
 from .._remote_models import SessionInfo, SessionState
 from .._session import AsyncSession
+from .._times import iso
 from ._options import SessionOptions
 from ._records import Record, RecordState
 
@@ -76,8 +77,8 @@ class Entry:
             self.state,
             self.kernel_name,
             self.timeout,
-            self.created,
-            self.last_activity,
+            iso(self.created),
+            iso(self.last_activity),
             self.executions,
         )
 

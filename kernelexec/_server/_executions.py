@@ -36,6 +36,7 @@ from starlette.responses import Response, StreamingResponse
 from .._background import Execution, ExecutionEvent, Reservation, start_execution
 from .._live import OutputListener
 from .._models import ExecutionResult
+from .._times import SCHEMA as WHEN
 from ._errors import ApiError, JSONResponse
 from ._registry import KEEP_FINISHED, Entry, Registry
 from ._results import result_json
@@ -274,7 +275,7 @@ def _linked(answers: dict[str, Any]) -> dict[str, Any]:
 
 def execution_schemas() -> dict[str, Any]:
     """The components the executions' routes use (``Error`` and ``ExecutionResult`` are shared)."""
-    number = {"type": ["number", "null"]}
+    maybe = {**WHEN, "type": ["string", "null"], "description": "ISO 8601, UTC; null until then"}
     return {
         "Execution": {
             "type": "object",
@@ -288,9 +289,9 @@ def execution_schemas() -> dict[str, Any]:
                 },
                 "language": {"type": "string"},
                 "code": {"type": "string", "description": "the first 200 characters"},
-                "created": {"type": "number"},
-                "started": number,
-                "finished": number,
+                "created": WHEN,
+                "started": maybe,
+                "finished": maybe,
                 "events": {"type": "integer", "description": "events so far (the next's id)"},
                 "result": _schema_ref("ExecutionResult"),
                 "error": _schema_ref("Error"),

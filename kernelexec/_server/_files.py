@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 from .. import _disk, _workdir
 from .._exceptions import DiskSpaceError
 from .._remote_models import FileInfo
+from .._times import iso
 from ._errors import ApiError, disk_full
 
 __all__ = ["MAX_LISTED", "FileBody", "download", "list_files", "read_notebook", "write_file"]
@@ -65,7 +66,7 @@ async def list_files(root: Path) -> tuple[list[FileInfo], bool, list[str]]:
         if exc.reason == "missing":
             return [], False, []
         raise _api_error(exc, "read") from None
-    files = [FileInfo(e.path, e.size, e.modified) for e in found.files]
+    files = [FileInfo(e.path, e.size, iso(e.modified)) for e in found.files]
     return files, found.truncated, found.skipped
 
 
@@ -176,7 +177,7 @@ async def write_file(
         info = upload.commit()
     except _workdir.Refused as exc:
         raise _api_error(exc, "write") from None
-    return FileInfo("/".join(parts), info.st_size, info.st_mtime)
+    return FileInfo("/".join(parts), info.st_size, iso(info.st_mtime))
 
 
 def read_notebook(root: Path, notebook: Path) -> bytes | None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import __version__
 from .._data import data_schemas
+from .._times import SCHEMA as WHEN
 from ._config import ServerConfig
 from ._executions import execution_paths, execution_schemas
 from ._options import options_schema
@@ -216,7 +217,7 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
             "required": ["id", "created", "variables", "modules", "skipped", "files", "size"],
             "properties": {
                 "id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
-                "created": text,
+                "created": WHEN,
                 "session": {
                     "type": ["string", "null"],
                     "description": "the session it was made from",
@@ -230,8 +231,20 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                     "type": "array",
                     "items": {
                         "type": "object",
-                        "required": ["name", "type", "size"],
-                        "properties": {"name": text, "type": text, "size": {"type": "integer"}},
+                        "required": ["name", "type", "size", "file", "buffers_file"],
+                        "properties": {
+                            "name": text,
+                            "type": text,
+                            "size": {"type": "integer"},
+                            "file": {
+                                "type": "string",
+                                "description": "its pickle, relative to the checkpoint's folder",
+                            },
+                            "buffers_file": {
+                                "type": "string",
+                                "description": "its out-of-band buffers, relative likewise",
+                            },
+                        },
                     },
                 },
                 "modules": {"type": "object", "additionalProperties": text},
@@ -288,8 +301,8 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                 "state": {"enum": ["starting", "idle", "busy", "suspended", "culled", "lost"]},
                 "kernel_name": text,
                 "timeout": {"type": "number"},
-                "created": {"type": "number"},
-                "last_activity": {"type": "number"},
+                "created": WHEN,
+                "last_activity": WHEN,
                 "executions": {"type": "integer"},
                 "options": {
                     "type": "object",
@@ -382,7 +395,7 @@ def _schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
             "properties": {
                 "path": text,
                 "size": {"type": "integer"},
-                "modified": {"type": "number"},
+                "modified": WHEN,
             },
         },
         "Variable": {

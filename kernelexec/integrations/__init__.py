@@ -3,8 +3,11 @@
 Each framework has its own module, imported on demand so that kernelexec never
 needs the framework installed::
 
-    from kernelexec.integrations.autogen import KernelexecCodeExecutor  # kernelexec[autogen]
-    from kernelexec.integrations.ag2 import KernelexecCodeExecutor      # kernelexec[ag2]
+    from kernelexec.integrations.autogen import KernelexecCodeExecutor  # the autogen extra
+    from kernelexec.integrations.ag2 import KernelexecCodeExecutor      # the ag2 extra
+
+Imported without its extra, a module raises ``ModuleNotFoundError`` naming the
+extra and how to install it.
 
 Function-calling agents get a tool whose calls share one kernel::
 

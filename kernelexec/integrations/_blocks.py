@@ -6,15 +6,17 @@ Shared by the AutoGen and AG2 executors; imports neither framework.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._ansi import strip_ansi
 from .._artifacts import SAVED_MIMETYPES, Saved
 from .._languages import normalize_language
+from .._markdown import BlockResult, CodeBlock
 from .._models import ExecutionResult
 from .._render import collapse_carriage_returns, render_parts
+from .._unlabelled import read_unlabelled
 
 __all__ = [
     "TIMEOUT_EXIT_CODE",
@@ -25,6 +27,7 @@ __all__ = [
     "one_per_output",
     "prepare",
     "quiet_pip",
+    "read_blocks",
     "refused",
 ]
 
@@ -64,6 +67,22 @@ class Combined:
     output_files: list[Path]
 
 
+def read_blocks(blocks: Iterable[tuple[str, str]]) -> list[CodeBlock]:
+    """A framework's ``(language, code)`` blocks, read as ``run_markdown`` reads a message's.
+
+    A block that is not code (json, text, output, ...) is skipped, as is an
+    unlabelled one holding printed values or text; an unlabelled block of shell
+    commands runs as bash (see ``_unlabelled``; the frameworks give no prose
+    around a block, so there is no "Expected output:" to go by).
+    """
+    found: list[CodeBlock] = []
+    for index, (language, code) in enumerate(blocks, start=1):
+        name = (language or "").strip().lower()
+        reading = None if name else read_unlabelled(code, "")
+        found.append(CodeBlock(index, name, code, reading=reading))
+    return found
+
+
 def prepare(code: str, language: str) -> str:
     """The code as the kernel should get it: pip quiet, and a shell block's IPython-style
     ``!command`` lines as plain commands (which bash would not find), as AG2 runs them."""
@@ -88,19 +107,28 @@ def exit_code(result: ExecutionResult) -> int:
     return TIMEOUT_EXIT_CODE if result.status == "timeout" else 1
 
 
-def combine(results: Sequence[ExecutionResult], work_dir: Path) -> Combined:
-    """One answer for the blocks that ran; the last one decides the exit code.
+def combine(outcomes: Sequence[ExecutionResult | BlockResult], work_dir: Path) -> Combined:
+    """One answer for a message's blocks; the last one that ran decides the exit code.
 
     The text is the frameworks' own: each output's text as it came (a print's
     trailing newline kept), outputs and blocks joined by a newline, as
     AutoGen's ``JupyterCodeExecutor`` and AG2's IPython executor join them. A
     saved file's line reads ``Image data saved to /abs/path.png`` (or ``HTML
     data``, ``PDF data``), the line AG2's users grep for. A timeout's text
-    ends with a ``Timeout`` line.
+    ends with a ``Timeout`` line. A skipped block (not code) is a line saying
+    so, as in ``BlockResult.text``; blocks not run after a failure are left
+    out, as the frameworks leave them.
     """
     texts: list[str] = []
     files: list[Path] = []
-    for result in results:
+    results: list[ExecutionResult] = []
+    for outcome in outcomes:
+        result = outcome.result if isinstance(outcome, BlockResult) else outcome
+        if result is None:
+            if isinstance(outcome, BlockResult) and outcome.status == "skipped":
+                texts.append(outcome.text)
+            continue
+        results.append(result)
         shown = one_per_output(result.files)
         texts.append(_named_files(result, _framework_text(result), shown, work_dir))
         files.extend(work_dir / path for path in shown)

@@ -7,8 +7,11 @@ from typing import Any, Generic, TypeVar
 
 from jupyter_client.kernelspec import KernelSpecManager
 
+from .._markdown import BlockResult, CodeBlock, Execute, run_blocks
+from .._models import ExecutionResult
 from .._session import AsyncSession
 from .._sync import Session
+from ._blocks import prepare
 
 __all__ = ["SessionExecutor", "check_kernel_name"]
 
@@ -91,3 +94,22 @@ class SessionExecutor(Generic[S]):
 
     def _new_session(self, output_dir: str | Path | None) -> S:
         return self._session_class(output_dir, kernel_name=self._kernel_name, timeout=self._timeout)
+
+    async def _run_blocks(
+        self, blocks: list[CodeBlock], execute: Execute | None = None
+    ) -> list[BlockResult]:
+        """Each block's outcome, as ``run_markdown`` has them: blocks that are not code are
+        skipped, and the run stops after the first failure.
+
+        Args:
+            execute: runs one block; by default in the session, ``prepare``-d.
+        """
+        session = self._session if isinstance(self._session, AsyncSession) else self._session._async
+
+        async def in_session(block: CodeBlock) -> ExecutionResult:
+            language = block.runs_as or block.language
+            # The session's execute returns once the transcript holds the cell,
+            # so a caller may delete output_dir the moment this returns.
+            return await session.execute(prepare(block.code, language), language=language)
+
+        return [outcome async for outcome in run_blocks(blocks, execute or in_session)]

@@ -14,7 +14,9 @@ runs as shell in the same kernel; a timeout interrupts the kernel and keeps its
 state; saved outputs are named by the lines AG2 prints, ``Image data saved to
 PATH`` and ``HTML data saved to PATH``. Works inside a running event loop too.
 
-Needs ``pip install 'kernelexec[ag2]'``.
+Needs the ``ag2`` extra: ``pip install -e '.[ag2]'`` in a clone, or the
+wheel with ``[ag2]``; without it, importing this module raises a
+``ModuleNotFoundError`` saying so.
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from autogen.coding.base import CodeBlock, CodeExtractor, IPythonCodeResult
-from autogen.coding.markdown_code_extractor import MarkdownCodeExtractor
+from .._extras import missing_extra
 
-from .._models import ExecutionResult
-from .._sync import Session
+try:
+    from autogen.coding.base import CodeBlock, CodeExtractor, IPythonCodeResult
+    from autogen.coding.markdown_code_extractor import MarkdownCodeExtractor
+except ImportError as exc:
+    raise missing_extra(__name__, "ag2", exc) from exc
+
+from .._sync import Session, _call
 from ._approval import Approval, Verdict, read_verdict, refusal_text
-from ._blocks import Combined, combine, prepare, refused
+from ._blocks import Combined, combine, read_blocks, refused
 from ._executor import SessionExecutor
 
 __all__ = ["ApprovalFunc", "KernelexecCodeExecutor"]
@@ -88,24 +94,18 @@ class KernelexecCodeExecutor(SessionExecutor[Session]):
     def execute_code_blocks(self, code_blocks: list[CodeBlock]) -> IPythonCodeResult:
         """Runs the blocks in order in one kernel, stopping at the first that fails.
 
-        The kernel starts on the first call (and again after ``stop``). When
-        this returns, every file it writes (outputs, transcript) is on disk.
+        Blocks that are not code (json, text, output, ...) are skipped, and
+        the output says so, as ``run_markdown`` does. The kernel starts on the
+        first call (and again after ``stop``). When this returns, every file it
+        writes (outputs, transcript) is on disk.
         """
         approval = self._ask_approval(code_blocks)
         if not approval.approved:
             return _result(refused(refusal_text(approval)))
         if self._session.closed:
             self._session = self._new_session(self.output_dir)
-        results: list[ExecutionResult] = []
-        for block in code_blocks:
-            language = block.language or "python"
-            code = prepare(block.code, language)
-            # The session's execute returns once the transcript holds the cell,
-            # so a caller may delete output_dir the moment this returns.
-            results.append(self._session.execute(code, language=language))
-            if not results[-1].ok:
-                break
-        return _result(combine(results, self.output_dir))
+        blocks = read_blocks((block.language, block.code) for block in code_blocks)
+        return _result(combine(_call(self._run_blocks(blocks)), self.output_dir))
 
     def restart(self) -> None:
         """A fresh kernel: every variable and import is gone, files stay."""

@@ -18,7 +18,9 @@ Python and bash are accepted; a ``bash`` call runs as one script in the same
 kernel and cwd. Saved charts are named in the output (``Image data saved to
 PATH``); a timeout interrupts the kernel, keeps its state, and is exit code 124.
 
-Needs ``pip install 'kernelexec[ag2]'``.
+Needs the ``ag2`` extra: ``pip install -e '.[ag2]'`` in a clone, or the
+wheel with ``[ag2]``; without it, importing this module raises a
+``ModuleNotFoundError`` saying so.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from autogen.beta.tools.code import CodeLanguage, CodeRunResult
+from .._extras import missing_extra
+
+try:
+    from autogen.beta.tools.code import CodeLanguage, CodeRunResult
+except ImportError as exc:
+    raise missing_extra(__name__, "ag2", exc) from exc
 
 from .._session import AsyncSession
 from ._blocks import combine, prepare

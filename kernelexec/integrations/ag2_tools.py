@@ -20,7 +20,9 @@ AG2 0.14 removed its own ``PythonCodeExecutionTool`` (and nothing in it calls
 the ``autogen.environments`` classes any more); for its new ``autogen.beta``
 agents, see :mod:`kernelexec.integrations.ag2_beta`.
 
-Needs ``pip install 'kernelexec[ag2]'``.
+Needs the ``ag2`` extra: ``pip install -e '.[ag2]'`` in a clone, or the
+wheel with ``[ag2]``; without it, importing this module raises a
+``ModuleNotFoundError`` saying so.
 """
 
 from __future__ import annotations
@@ -29,8 +31,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Annotated
 
-from autogen.coding.base import CodeBlock
-from autogen.tools import Tool
+from .._extras import missing_extra
+
+try:
+    from autogen.coding.base import CodeBlock
+    from autogen.tools import Tool
+except ImportError as exc:
+    raise missing_extra(__name__, "ag2", exc) from exc
 
 from .ag2 import ApprovalFunc, KernelexecCodeExecutor
 

@@ -12,7 +12,9 @@ kernel and cwd); a cancelled token or a timeout interrupts the kernel, whose
 state is kept; PNG, JPEG, GIF, SVG, PDF and HTML outputs are saved as files; the
 kernel's cwd is ``output_dir``, which also holds the transcript notebook.
 
-Needs ``pip install 'kernelexec[autogen]'``.
+Needs the ``autogen`` extra: ``pip install -e '.[autogen]'`` in a clone, or the
+wheel with ``[autogen]``; without it, importing this module raises a
+``ModuleNotFoundError`` saying so.
 """
 
 from __future__ import annotations
@@ -25,15 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autogen_core import CancellationToken, Component
-from autogen_core.code_executor import CodeBlock, CodeExecutor, CodeResult
-from pydantic import BaseModel
-from typing_extensions import Self
+from .._extras import missing_extra
 
+try:
+    from autogen_core import CancellationToken, Component
+    from autogen_core.code_executor import CodeBlock, CodeExecutor, CodeResult
+    from pydantic import BaseModel
+    from typing_extensions import Self
+except ImportError as exc:
+    raise missing_extra(__name__, "autogen", exc) from exc
+
+from .._markdown import CodeBlock as Block
 from .._models import ExecutionResult
 from .._session import AsyncSession
 from ._approval import Approval, Verdict, read_verdict, refusal_text
-from ._blocks import Combined, combine, prepare, refused
+from ._blocks import Combined, combine, prepare, read_blocks, refused
 from ._executor import SessionExecutor
 
 __all__ = [
@@ -159,8 +167,10 @@ class KernelexecCodeExecutor(
         """Runs the blocks in order in one kernel, stopping at the first that fails.
 
         Args:
-            code_blocks: the blocks; ``language`` picks Python or shell, and
-                any other language fails without running.
+            code_blocks: the blocks; ``language`` picks Python or shell; a
+                block that is not code (json, text, output, ...) is skipped
+                and the output says so, as ``run_markdown`` does; any other
+                language fails without running.
             cancellation_token: cancelling it interrupts the running block.
 
         Returns:
@@ -176,14 +186,12 @@ class KernelexecCodeExecutor(
             return _result(refused(refusal_text(approval)))
         if self._session.closed:
             await self.start()
-        results: list[ExecutionResult] = []
-        for block in code_blocks:
-            # The session's execute returns once the transcript holds the cell,
-            # so a caller may delete output_dir the moment this returns.
-            results.append(await self._run_block(block, cancellation_token))
-            if not results[-1].ok:
-                break
-        return _result(combine(results, self.output_dir))
+        blocks = read_blocks((block.language, block.code) for block in code_blocks)
+
+        async def execute(block: Block) -> ExecutionResult:
+            return await self._run_block(block, cancellation_token)
+
+        return _result(combine(await self._run_blocks(blocks, execute), self.output_dir))
 
     async def _ask_approval(self, code_blocks: list[CodeBlock]) -> Approval:
         if self._approval_func is None:
@@ -194,9 +202,11 @@ class KernelexecCodeExecutor(
         return read_verdict(verdict)
 
     async def _run_block(
-        self, block: CodeBlock, cancellation_token: CancellationToken
+        self, block: Block, cancellation_token: CancellationToken
     ) -> ExecutionResult:
-        language = block.language or "python"
+        language = block.runs_as or block.language
+        # The session's execute returns once the transcript holds the cell,
+        # so a caller may delete output_dir the moment this returns.
         task = asyncio.ensure_future(
             self._session.execute(prepare(block.code, language), language=language)
         )
