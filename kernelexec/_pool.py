@@ -175,8 +175,8 @@ class KernelPool:
 
     Args:
         size: how many ready kernels to keep.
-        kernel_name, python, env, preload, limits, packages, python_version,
-            venv: the configuration, as for ``AsyncSession``; the sessions
+        kernel_name, python, env, preload, limits, packages, python_version, venv: the
+            configuration, as for ``AsyncSession``; the sessions
             given this pool take it. An environment asked for is made (or
             found made) once, before the first kernel starts.
         startup_timeout: seconds a new kernel (and its preload) may take.
