@@ -1,15 +1,17 @@
-"""Every python and shell block of README.md runs as written, top to bottom.
+"""Every python and shell block of README.md and of the documentation site's
+pages (docs/**/*.md) runs as written, top to bottom.
 
-A reader follows the README in one terminal and one Python prompt per section;
-``test_the_readme_runs_as_written`` does the same, in a copy of this checkout
-(so ``pip install -e .``, ``notebooks/...`` and ``--work-dir demo`` mean what
-they mean to a reader, and the checkout stays clean), with a fresh ``$HOME``
-and no ``KERNELEXEC_*`` or ``JUPYTER_*`` variables: the set-up is what the
-README itself says.
+A reader follows a page in one terminal and one Python prompt per section;
+``test_the_page_runs_as_written`` does the same for each page, in a fresh copy
+of this checkout (so ``pip install -e .``, ``notebooks/...`` and ``--work-dir
+demo`` mean what they mean to a reader, and the checkout stays clean), with a
+fresh ``$HOME`` and no ``KERNELEXEC_*`` or ``JUPYTER_*`` variables: the set-up
+is what the page itself says. A page that needs a server starts it, as a
+reader would; one page's files and servers are never another's.
 
 How each block runs, by its fence's language:
 
-- ``bash``, ``sh``, ``shell``: in one bash process for the whole README (so
+- ``bash``, ``sh``, ``shell``: in one bash process for the whole page (so
   ``export``, variables and ``cd`` carry on, as in a terminal), each block
   under ``set -euo pipefail``: every command must succeed and every variable
   must be set. A few commands cannot run in a test as a reader runs them
@@ -24,29 +26,35 @@ How each block runs, by its fence's language:
   variables. A block that raises fails the test.
 - ``json``: parsed. ``text``, ``output`` and the like: samples, not run.
 - Docker blocks (``kernelexec image build``, ``DockerBackend``) need a Docker
-  engine; without one they are left out and the test is skipped at the end
-  (with CI=true, a failure).
+  engine, and ``mkdocs`` blocks the ``docs`` extra; without them they are
+  left out and the test is skipped at the end (with CI=true, a failure).
 
-The README's servers listen on their default ports (8765, 8766, 8767, 8888),
+The pages' servers listen on their default ports (8765, 8766, 8767, 8888),
 which other programs on a test machine may hold (the benchmark's Kernel
-Gateway holds 8888 while it runs). So, run as root, the terminal and the
+Gateway holds 8888 while it runs). So, run as root, each page's terminal and
 Python prompts get a network namespace of their own, with only loopback (the
 kernels' sockets are Unix sockets, which reach across it; ``pip`` still
-reaches the package index from the test's network). Run as another user, the
-README shares the machine's loopback, and a port in use fails the block that
-needs it, saying so.
+reaches the package index from the test's network), and pages run in
+parallel. Run as another user, the pages share the machine's loopback and run
+one at a time, and a port in use fails the block that needs it, saying so.
+
+docs/design.md, the design notes, is not run: its unlabelled fences are
+drawings, and its one python block sketches a deployment on Kubernetes, which
+no test machine has. ``test_the_design_notes_hold_drawings_and_a_cluster_sketch``
+checks it stays so (the sketch must compile).
 
 Any other block (no language, or one this does not know) fails
 ``test_every_block_is_classified`` with what to do: label it, or, for a block
 that cannot run anywhere a test runs, put ``<!-- test: skip REASON -->`` on
 the line above it. Such markers are listed by
-``test_skip_markers_are_few_and_say_why``, which allows at most three.
+``test_skip_markers_are_few_and_say_why``, which allows at most three in all.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -75,6 +83,9 @@ from servers import file_lock, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DESIGN_NOTES = ROOT / "docs" / "design.md"  # not run: see the module docstring
+# The README, then the site's pages in the order of their paths.
+PAGES = [README, *sorted(p for p in (ROOT / "docs").rglob("*.md") if p != DESIGN_NOTES)]
 PYTHON = frozenset({"python", "py", "python3", "ipython"})
 SHELL = frozenset({"bash", "sh", "shell"})
 CONSOLE = frozenset({"console", "shell-session"})
@@ -93,7 +104,7 @@ _FENCE = re.compile(r"^(?P<indent> {0,12})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced block of the README."""
+    """One fenced block of a page."""
 
     line: int  # of the opening fence, 1-based
     section: str  # the ## heading it is under
@@ -101,13 +112,14 @@ class Block:
     language: str  # the info string's first word, lower case ("" when none)
     code: str
     marker: str | None  # the text of a <!-- test: ... --> on the line above
+    page: str = "README.md"  # its file, relative to the checkout
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line} ({self.heading})"
+        return f"{self.page}:{self.line} ({self.heading})"
 
 
-def read_blocks(text: str) -> list[Block]:
+def read_blocks(text: str, page: str = "README.md") -> list[Block]:
     """The fenced blocks of a Markdown text, ``` or ~~~, indented ones too."""
     blocks: list[Block] = []
     section = heading = ""
@@ -140,7 +152,8 @@ def read_blocks(text: str) -> list[Block]:
                 break
             body.append(lines[i][indent:] if lines[i][:indent].strip() == "" else lines[i])
             i += 1
-        blocks.append(Block(i - len(body), section, heading, language, "\n".join(body), marker))
+        code = "\n".join(body)
+        blocks.append(Block(i - len(body), section, heading, language, code, marker, page))
         marker = None
         i += 1
     return blocks
@@ -153,7 +166,7 @@ def kind_of(block: Block) -> str:
         ValueError: none of those, with what to do about it.
     """
     advice = (
-        "label its fence python or bash to have the README test run it, json to have it "
+        "label its fence python or bash to have the test run it, json to have it "
         "parsed, or text for sample output; a block that cannot run on any test machine "
         "gets <!-- test: skip REASON --> on the line above it"
     )
@@ -199,6 +212,12 @@ def needs_docker(block: Block) -> bool:
     if block.language in PYTHON:
         return "DockerBackend" in block.code
     return bool(re.search(r"\bkernelexec image build\b|^\s*docker\s", block.code, re.M))
+
+
+def needs_mkdocs(block: Block) -> bool:
+    return block.language not in PYTHON and bool(
+        re.search(r"^\s*(python -m )?mkdocs\s", shell_script(block), re.M)
+    )
 
 
 # -- installs and imports
@@ -278,8 +297,9 @@ class BlockFailed(Exception):
     """A block did not run as written; the message has its output."""
 
 
+@functools.cache
 def own_network() -> bool:
-    """Whether the README can run in a network namespace of its own (root, with unshare)."""
+    """Whether a page can run in a network namespace of its own (root, with unshare)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None:
         return False
     probe = subprocess.run(["unshare", "--net", "true"], capture_output=True, timeout=60)
@@ -287,10 +307,10 @@ def own_network() -> bool:
 
 
 class Terminal:
-    """One bash for the whole README, fed block after block, as a reader's terminal.
+    """One bash for the whole page, fed block after block, as a reader's terminal.
 
     With ``own_network``, it runs in a network namespace of its own, where only
-    the README's programs listen: the README's servers use their default ports
+    the page's programs listen: the page's servers use their default ports
     (8765, 8888, ...), which other programs on a test machine may hold.
     """
 
@@ -413,7 +433,7 @@ class PythonPrompt:
         self.manager.shutdown_kernel(now=True)
 
 
-class ReadmeRun:
+class PageRun:
     """A reader's machine: a copy of the checkout, a terminal, a Python prompt per section."""
 
     def __init__(self, tmp: Path, *, base_image: str | None) -> None:
@@ -422,7 +442,7 @@ class ReadmeRun:
         install_wrappers(bin_dir)
         self.checkout = tmp / "kernelexec"
         copy_checkout(ROOT, self.checkout)
-        # $HOME, with $TMPDIR in it, so that what the README leaves in temp dirs
+        # $HOME, with $TMPDIR in it, so that what the page leaves in temp dirs
         # goes when the run ends. Short: Jupyter's runtime dir, where `kernelexec
         # gateway` puts its kernels' Unix sockets, is under it, and a socket's
         # path has at most 107 bytes.
@@ -473,7 +493,7 @@ class ReadmeRun:
 
 
 def stop_servers(servers: Path) -> list[str]:
-    """SIGTERM to each server the README started, as Ctrl-C in its terminal would do.
+    """SIGTERM to each server the page started, as Ctrl-C in its terminal would do.
 
     The last started is stopped first, and waited for, as a reader closes the
     terminals: JupyterLab, a client of ``kernelexec serve``, goes before it.
@@ -515,12 +535,37 @@ def docker_base_image() -> tuple[str | None, str | None]:
 # -- the tests
 
 
-BLOCKS = read_blocks(README.read_text(encoding="utf-8"))
+def _blocks(path: Path) -> list[Block]:
+    return read_blocks(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())
 
 
-def test_every_block_is_classified() -> None:
+BLOCKS = {path: _blocks(path) for path in PAGES}
+ALL_BLOCKS = [block for blocks in BLOCKS.values() for block in blocks]
+PAGE_IDS = [path.relative_to(ROOT).as_posix() for path in PAGES]
+
+
+def _runs(block: Block) -> bool:
+    try:
+        return kind_of(block) in ("python", "shell")
+    except ValueError:  # test_every_block_is_classified says what to do
+        return True
+
+
+# The pages with code (the API reference and the changelog have none).
+CODE_PAGES = [path for path in PAGES if any(_runs(b) for b in BLOCKS[path])]
+
+
+def test_the_pages_are_the_readme_and_the_site() -> None:
+    names = set(PAGE_IDS)
+    assert {"README.md", "docs/index.md", "docs/getting-started.md"} <= names, names
+    assert "docs/design.md" not in names
+    assert README in CODE_PAGES and len(CODE_PAGES) > len(PAGES) / 2
+
+
+@pytest.mark.parametrize("path", PAGES, ids=PAGE_IDS)
+def test_every_block_is_classified(path: Path) -> None:
     problems = []
-    for block in BLOCKS:
+    for block in BLOCKS[path]:
         try:
             kind = kind_of(block)
         except ValueError as exc:
@@ -543,9 +588,24 @@ def test_every_block_is_classified() -> None:
     assert problems == []
 
 
+def test_the_design_notes_hold_drawings_and_a_cluster_sketch() -> None:
+    # Not run (see the module docstring): its blocks are drawings (no language), and
+    # one python sketch of a deployment on Kubernetes, which no test machine has.
+    # That one must still be Python; any other code belongs on a page.
+    problems = []
+    for block in _blocks(DESIGN_NOTES):
+        if not block.language or block.language in SAMPLES:
+            continue
+        if block.language in PYTHON and "python_kubernetes" in block.code:
+            compile(block.code, block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            continue
+        problems.append(f"{block.where}: {block.language} code in the design notes is never run")
+    assert problems == [], "move it to a page of the site, where it runs"
+
+
 def test_skip_markers_are_few_and_say_why() -> None:
-    skipped = [f"{b.where}: {b.marker}" for b in BLOCKS if b.marker is not None]
-    print("\n".join(["README blocks the test does not run:", *skipped]))
+    skipped = [f"{b.where}: {b.marker}" for b in ALL_BLOCKS if b.marker is not None]
+    print("\n".join(["Blocks the test does not run:", *skipped]))
     assert len(skipped) <= MAX_SKIP_MARKERS, skipped
 
 
@@ -559,30 +619,40 @@ def test_every_pip_install_names_extras_that_exist() -> None:
     )
     named = {
         extra
-        for block in BLOCKS
+        for block in ALL_BLOCKS
         for requirement in pip_installs(block.code)
         if canonicalize_name(Requirement(requirement).name) == "kernelexec"
         for extra in Requirement(requirement).extras
     }
-    assert named and named <= extras, f"README installs extras pyproject lacks: {named - extras}"
+    assert named and named <= extras, f"the pages install extras pyproject lacks: {named - extras}"
 
 
-def test_the_quick_start_installs_what_every_example_imports() -> None:
+def _quick_start_install() -> list[str]:
+    """What the README's Quick start installs first: what every reader has."""
+    return next(
+        pip_installs(line)
+        for b in BLOCKS[README]
+        for line in b.code.splitlines()
+        if pip_installs(line)
+    )
+
+
+@pytest.mark.parametrize("path", PAGES, ids=PAGE_IDS)
+def test_the_quick_start_installs_what_every_example_imports(path: Path) -> None:
     # What a reader who ran only the Quick start's first command has, plus what
     # the example's own section says to install.
-    first_install = next(
-        pip_installs(line) for b in BLOCKS for line in b.code.splitlines() if pip_installs(line)
-    )
+    first_install = _quick_start_install()
     assert "kernelexec[examples]" in first_install, first_install
     stdlib = set(sys.stdlib_module_names)
     providers = {
         m: {canonicalize_name(d) for d in ds} for m, ds in metadata.packages_distributions().items()
     }
     problems = []
-    for block in BLOCKS:
+    blocks = BLOCKS[path]
+    for block in blocks:
         if block.language not in PYTHON:
             continue
-        scope = [b for b in BLOCKS if b.heading == block.heading]
+        scope = [b for b in blocks if b.heading == block.heading]
         brought = installed_closure(
             first_install + [r for b in scope for r in pip_installs(b.code)]
         )
@@ -605,13 +675,13 @@ def test_the_quick_start_test_command_is_the_one_ci_runs() -> None:
     ]
     [quick_test] = [
         line.split("  #")[0].strip()
-        for block in BLOCKS
+        for block in BLOCKS[README]
         if block.section == "Quick start" and kind_of(block) == "shell"
         for line in block.code.splitlines()
         if "-m pytest" in line
     ]
     assert quick_test == ci_lines[-1]
-    for block in BLOCKS:
+    for block in ALL_BLOCKS:
         for found in re.finditer(r"python -m pytest[^\n#]*", block.code):
             assert found[0].strip() in ci_lines[-1], f"{block.where}: {found[0]}"
 
@@ -623,8 +693,9 @@ def test_the_harness_reads_every_kind_of_fence() -> None:
         "   ~~~py title='a.py'\n   y = 2\n     z = 3\n   ~~~\n\n"
         "```\nraw\n```\n\n## Two\n\n````console\n$ echo a \\\n  b\na b\n````\n"
     )
-    one, two, three, four, five = read_blocks(text)
+    one, two, three, four, five = read_blocks(text, "docs/x.md")
     assert (one.section, one.language, one.code, one.marker) == ("One", "python", "x = 1", None)
+    assert one.where == "docs/x.md:3 (One)"
     assert (two.marker, kind_of(two)) == ("skip needs a cluster", "skip")
     assert (three.heading, three.section, three.language) == ("Sub", "One", "py")
     assert three.code == "y = 2\n  z = 3" and three.line == 16
@@ -634,6 +705,8 @@ def test_the_harness_reads_every_kind_of_fence() -> None:
     assert shell_script(five) == "echo a \\\n  b"
     with pytest.raises(ValueError, match="is neither code"):
         kind_of(Block(1, "s", "s", "javascript", "alert(1)", None))
+    assert needs_mkdocs(Block(1, "s", "s", "bash", "pip install x\nmkdocs build --strict", None))
+    assert not needs_mkdocs(Block(1, "s", "s", "python", "import mkdocs", None))
 
 
 def test_imports_in_code_and_in_code_strings_are_found() -> None:
@@ -658,25 +731,45 @@ def test_imports_in_code_and_in_code_strings_are_found() -> None:
     ]
 
 
+def _mkdocs_missing() -> str | None:
+    try:
+        import mkdocs  # noqa: F401
+    except ModuleNotFoundError:
+        return "mkdocs is not installed (python -m pip install -e '.[docs]')"
+    return None
+
+
 @pytest.mark.timeout(3600)
-def test_the_readme_runs_as_written(tmp_path: Path) -> None:
-    # The HTTP example's curl and jq: its session id is used further on, so without
-    # them the README cannot run as written (apt-get install curl jq; .ci/run does).
-    lacking = [tool for tool in ("curl", "jq") if shutil.which(tool) is None]
+@pytest.mark.parametrize(
+    "path", CODE_PAGES, ids=[p.relative_to(ROOT).as_posix() for p in CODE_PAGES]
+)
+def test_the_page_runs_as_written(path: Path, tmp_path: Path) -> None:
+    blocks = [b for b in BLOCKS[path] if kind_of(b) in ("python", "shell")]
+    # The HTTP examples' curl and jq: a session id is used further on, so without
+    # them such a page cannot run as written (apt-get install curl jq; .ci/run does).
+    lacking = [
+        tool
+        for tool in ("curl", "jq")
+        if shutil.which(tool) is None
+        and any(re.search(rf"\b{tool}\b", b.code) for b in blocks if b.language not in PYTHON)
+    ]
     if lacking:
-        unavailable(f"the README's HTTP example needs {' and '.join(lacking)}: install them")
+        unavailable(f"{path.name}'s HTTP examples need {' and '.join(lacking)}: install them")
     base_image, no_docker = docker_base_image()
+    no_mkdocs = _mkdocs_missing()
     left_out: list[str] = []
-    # The README's servers listen on their default ports: one README run at a time.
-    with file_lock("readme-run"):
-        run = ReadmeRun(tmp_path, base_image=base_image)
+    # A page's servers listen on their default ports: in a network namespace of its
+    # own each page has them to itself; without one, one page runs at a time.
+    alone = contextlib.nullcontext() if own_network() else file_lock("readme-run")
+    with alone:
+        run = PageRun(tmp_path, base_image=base_image)
         try:
-            for block in BLOCKS:
-                kind = kind_of(block)
-                if kind not in ("python", "shell"):
-                    continue
-                if no_docker and needs_docker(block):
-                    left_out.append(block.where)
+            for block in blocks:
+                missing = (no_docker if needs_docker(block) else None) or (
+                    no_mkdocs if needs_mkdocs(block) else None
+                )
+                if missing:
+                    left_out.append(f"{block.where} ({missing})")
                     continue
                 started = time.monotonic()
                 try:
@@ -684,7 +777,8 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
                 except BlockFailed as exc:
                     failed = f"{exc}"
                 else:
-                    print(f"== {block.where}: {kind}, ok in {time.monotonic() - started:.1f} s")
+                    took = time.monotonic() - started
+                    print(f"== {block.where}: {kind_of(block)}, ok in {took:.1f} s")
                     print(output)
                     continue
                 pytest.fail(
@@ -696,4 +790,4 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
             problems = run.close()
     assert problems == []
     if left_out:
-        unavailable(f"{no_docker}: the Docker blocks were not run: {', '.join(left_out)}")
+        unavailable(f"blocks not run: {', '.join(left_out)}")
