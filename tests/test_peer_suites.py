@@ -5,7 +5,7 @@ AutoGen's ``test_jupyter_code_executor.py`` (autogen-ext 0.7) and AG2's
 behaviours a user switching over relies on; these are our own tests of them,
 against real kernels. Where we differ on purpose (a timeout is a result that
 keeps the kernel's state, not an exception; saved files are named in the
-text), the README's "Differences from AutoGen/AG2" table says so.
+text), the table of differences in docs/guides/autogen-ag2.md says so.
 """
 
 from __future__ import annotations

@@ -205,20 +205,19 @@ async def test_a_fork_of_a_kernel_that_made_its_transcript_a_pipe_does_not_hang(
             assert (await child.execute("print(x)")).stdout == "1\n"
 
 
-def test_the_readme_opens_a_transcript_in_jupyterlab_as_it_says(tmp_path: Path) -> None:
-    """The README's command for reading a transcript in JupyterLab: JupyterLab, started
-    as it says from where the Quick start ran, serves the transcript whole."""
+def test_the_docs_open_a_transcript_in_jupyterlab_as_they_say(tmp_path: Path) -> None:
+    """The JupyterLab guide's command for reading a transcript: JupyterLab, started as it
+    says from where `kernelexec run ... --work-dir demo` ran, serves the transcript whole."""
     from _labproc import LabProcess
-    from test_readme import BLOCKS, pip_installs
+    from test_readme import BLOCKS, ROOT, pip_installs
 
-    (block,) = [
-        b for b in BLOCKS if b.section == "The transcript and replay" and "jupyter lab" in b.code
-    ]
+    guide = BLOCKS[ROOT / "docs" / "guides" / "jupyterlab.md"]
+    (block,) = [b for b in guide if b.section == "Open a transcript" and "jupyter lab" in b.code]
     assert "jupyterlab" in [r for line in block.code.splitlines() for r in pip_installs(line)]
     lines = block.code.splitlines()
     (command,) = [line.split("#")[0].split() for line in lines if line.startswith("jupyter lab ")]
     assert command[:2] == ["jupyter", "lab"], command
-    with Session(tmp_path / "demo") as session:  # the Quick start's --work-dir demo
+    with Session(tmp_path / "demo") as session:  # the guide's --work-dir demo
         session.execute("import pandas as pd\npd.DataFrame({'city': ['Oslo'], 'temp': [4.5]})")
         session.execute("print('total: 77')")
     lab = LabProcess(tmp_path, None, tuple(command[2:]))
