@@ -668,15 +668,19 @@ async def density(impl_name: str, n: int, root: Path) -> dict[str, Any]:
         zygote_memory = rollup(zygotes) if zygotes else {}
         answers: list[float] = []
         failed = within = 0
-        for run in sessions:
+        why_failed: list[str] = []  # what each failed answer said, so a failure has a cause
+        for i, run in enumerate(sessions):
             started = time.perf_counter()
             try:
-                ok = "(1000, 2)" in await run("df.shape")
-            except Exception:
-                ok = False
+                said = await run("df.shape")
+                ok = "(1000, 2)" in said
+            except Exception as exc:
+                said, ok = f"{type(exc).__name__}: {exc}", False
             answers.append(time.perf_counter() - started)
             failed += not ok
             within += ok and answers[-1] <= 1.0
+            if not ok and len(why_failed) < 10:
+                why_failed.append(f"session {i + 1}: {said[-300:]!r}")
         return {
             "samples": answers,
             "asked": n,
@@ -684,6 +688,7 @@ async def density(impl_name: str, n: int, root: Path) -> dict[str, Any]:
             "stop": stop or f"all {n} held",
             "created": created,
             "failed_answers": failed,
+            "why_failed": why_failed,
             "within_1s": within,
             "mem_drop_mb": drop / 2**20,
             "tree_uss_mb": memory["uss_mb"],

@@ -106,13 +106,14 @@ async def test_a_requirements_file_and_a_spec_with_spaces_reach_pip_whole(
 async def test_a_package_that_does_not_install_is_a_clear_error(
     kernel_image: str, tmp_path: Path
 ) -> None:
-    package = "./no-such-package-dir-for-kernelexec"
+    # A name the index has no distribution of (paths are refused before any build).
+    package = "kernelexec-test-no-such-distribution-0"
     backend = DockerBackend(packages=[package], base_image=docker_base_image())
     session = AsyncSession(tmp_path, backend=backend)
     with pytest.raises(EnvironmentBuildError, match="docker build") as caught:
         await session.start()
     await session.close()
-    assert "no-such-package-dir-for-kernelexec" in str(caught.value)  # pip's own words
+    assert "kernelexec-test-no-such-distribution-0" in str(caught.value)  # pip's own words
     assert not _image_id(image_tag(base_image=docker_base_image(), packages=[package]))
 
 

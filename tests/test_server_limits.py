@@ -30,6 +30,18 @@ def test_429_at_max_sessions(tmp_path: Path) -> None:
         assert server.stop() == 0
 
 
+def test_a_session_slower_to_start_than_the_idle_timeout_is_idle_only_from_its_start(
+    tmp_path: Path,
+) -> None:
+    server = ServerProcess(tmp_path / "work", "--idle-timeout", "1", "--no-suspend")
+    try:
+        # Its kernel takes 3 s to start, three idle timeouts.
+        sid = server.create(preload="import time; time.sleep(3)")
+        assert server.execute(sid, "print('first')")["stdout"] == "first\n"
+    finally:
+        assert server.stop() == 0
+
+
 def test_idle_session_is_culled_and_reported(tmp_path: Path) -> None:
     # --no-suspend: culled as before (test_suspend.py has the suspending default).
     server = ServerProcess(

@@ -181,6 +181,9 @@ class Registry:
             else:
                 raise
         finally:
+            # Idle from the end of its start, not from its creation: a start
+            # longer than --idle-timeout made the culler take it at once.
+            entry.touch()
             entry.starting = False
         if entry.deleted:
             raise ApiError(
