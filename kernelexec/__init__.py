@@ -46,8 +46,7 @@ from ._replay import CellReplay, ReplayReport
 from ._session import AsyncSession
 from ._sync import Session, SyncExecution
 from ._variables import Variable, VariableDetail
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "AsyncClient",

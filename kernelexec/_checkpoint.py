@@ -46,6 +46,7 @@ from . import _disk, _times, _workdir
 from ._backends import DROPPED, KernelBackend
 from ._exceptions import CheckpointError, DiskSpaceError
 from ._kernel import BOOT_DIR
+from ._version import __version__
 
 __all__ = [
     "CAUSES",
@@ -615,8 +616,6 @@ def _manifest(
     copied: int,
     left_out: list[str],
 ) -> dict[str, Any]:
-    from . import __version__
-
     return {
         "kernelexec_checkpoint": FORMAT,
         "kernelexec_version": __version__,

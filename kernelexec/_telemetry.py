@@ -69,6 +69,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ._environment import trace_content
+from ._version import __version__
 
 try:
     from opentelemetry import propagate, trace
@@ -154,8 +155,6 @@ class Traced:
 
 
 def _tracer() -> Any:
-    from . import __version__
-
     # A ProxyTracer until the application sets a provider, then the provider's.
     return trace.get_tracer("kernelexec", __version__)
 

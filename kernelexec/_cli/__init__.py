@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
 from .._exceptions import KernelexecError
 from .._secrecy import drop_capabilities, protect_process
+from .._version import __version__
 from . import attach, cleanup, gateway, image, mcp, replay, run, serve
 from ._suggest import Parser
 

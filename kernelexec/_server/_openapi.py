@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
 from .._data import data_schemas
 from .._times import SCHEMA as WHEN
+from .._version import __version__
 from ._config import ServerConfig
 from ._executions import execution_paths, execution_schemas
 from ._options import options_schema
