@@ -79,8 +79,8 @@ except ImportError:  # the otel extra is not installed: every hook below does no
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from ._models import ExecutionResult
-    from ._session import AsyncSession
+    from ._execution._models import ExecutionResult
+    from ._session._async import AsyncSession
 
 __all__ = [
     "OTHER_ERROR",

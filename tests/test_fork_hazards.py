@@ -139,8 +139,8 @@ async def test_unknown_methods_and_process_forks_of_other_kernels_are_refused(
 async def test_a_fork_cancelled_once_its_kernel_runs_leaves_no_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernelexec import _fork
     from kernelexec._kernel.guard import descendants
+    from kernelexec._state import _fork
 
     def cancelled(*_: object) -> None:
         # A cancellation that lands after the new kernel started (the server's

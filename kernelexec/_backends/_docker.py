@@ -35,7 +35,7 @@ from jupyter_client.session import Session
 from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
 from .._kernel import BOOT_DIR
-from .._venv import check_packages
+from .._venvs._venv import check_packages
 from ._caps import read_tail
 from ._docker_engine import docker, engine_problem
 from ._image import build_image, image_tag, last_built_tag

@@ -21,10 +21,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .._containment._secrecy import protect_process
 from .._environment import remote_env
 from .._exceptions import KernelStartError
-from .._models import Limits
-from .._secrecy import protect_process
+from .._execution._models import Limits
 from . import _wire
 from ._base import KernelMessage
 from ._channels import KernelChannels, OpenFailed

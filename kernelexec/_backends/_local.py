@@ -22,13 +22,13 @@ from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKerne
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
 
+from .._containment._secrecy import protect_process
 from .._exceptions import KernelStartError
+from .._execution._models import Limits
 from .._kernel import BOOT_SCRIPT, NO_IPYKERNEL
 from .._kernel.fork import REPLY as FORK_REPLY
 from .._kernel.fork import REQUEST as FORK_REQUEST
 from .._kernel.guard import end_tree, release
-from .._models import Limits
-from .._secrecy import protect_process
 from ._base import KernelMessage
 from ._caps import read_tail
 from ._fork_witness import ForkWitness

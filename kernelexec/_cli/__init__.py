@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .._containment._secrecy import drop_capabilities, protect_process
 from .._exceptions import KernelexecError
-from .._secrecy import drop_capabilities, protect_process
 from .._version import __version__
 from . import attach, cleanup, gateway, image, mcp, replay, run, serve
 from ._suggest import Parser

@@ -32,10 +32,10 @@ import socket
 import sys
 from typing import Any
 
+from .._containment._secrecy import drop_capabilities, protect_process
 from .._environment import kernel_env, server_token
 from .._exceptions import ConfigurationError
 from .._extras import missing_extra
-from .._secrecy import drop_capabilities, protect_process
 from ._startup import DEFAULT_PORTS, resolve_token, url
 
 __all__ = ["ALLOWED_CLIENT_ENV", "add_command", "run_gateway"]

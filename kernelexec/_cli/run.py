@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import KernelexecError
-from .._languages import normalize_language
-from .._markdown import BlockResult, CodeBlock, extract_code_blocks, run_blocks, summarize
-from .._models import ExecutionResult
-from .._session import AsyncSession
+from .._execution._languages import normalize_language
+from .._execution._models import ExecutionResult
+from .._markdown._blocks import BlockResult, CodeBlock, extract_code_blocks, run_blocks, summarize
+from .._session._async import AsyncSession
 from ._view import Ending, JsonView, TerminalView, View
 
 __all__ = ["add_command"]

@@ -19,8 +19,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
-from .._background import Execution, start_execution
-from .._checkpoint import RestoreReport
 from .._client import AsyncClient, AsyncRemoteExecution
 from .._client._base import Call, Made, calls
 from .._client._executions import execution_calls
@@ -31,13 +29,15 @@ from .._exceptions import (
     KernelStartError,
     ServerError,
 )
-from .._fork import ForkMethod
-from .._live import OutputListener
-from .._models import ExecutionResult
+from .._execution._background import Execution, start_execution
+from .._execution._live import OutputListener
+from .._execution._models import ExecutionResult
 from .._remote_models import CheckpointInfo, SessionInfo
 from .._server._checkpoints import CheckpointStore, UnknownCheckpoint
 from .._server._options import OptionError, SessionOptions, parse_options
-from .._session import AsyncSession
+from .._session._async import AsyncSession
+from .._state._checkpoint import RestoreReport
+from .._state._fork import ForkMethod
 from ._executions import ExecutionView
 from ._files import FileRefused, confined, files_in, read_head, read_notebook
 from ._making import Making

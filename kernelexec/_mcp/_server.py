@@ -17,8 +17,8 @@ from mcp.shared.uri_template import UriTemplate
 from mcp.types import CallToolResult, ContentBlock, ImageContent, ResourceLink, TextContent
 
 from .._client._base import session_options
-from .._fork import ForkMethod
-from .._models import ExecutionResult
+from .._execution._models import ExecutionResult
+from .._state._fork import ForkMethod
 from ..integrations._blocks import one_per_output
 from ._doors import Door, LocalDoor
 from ._executions import register, started

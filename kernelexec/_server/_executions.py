@@ -13,7 +13,7 @@ to its end (or its timeout), and is found again by id:
 - ``GET /sessions/{id}/executions/{eid}/events[?offset=n]``: its live outputs
   as server-sent events from event ``n`` (or after the ``Last-Event-ID``
   header's), each with an ``id:`` line, then the ``result`` (or ``error``)
-  event once it ends; see ``kernelexec._background`` for ``dropped``.
+  event once it ends; see ``kernelexec._execution._background`` for ``dropped``.
 - ``POST /sessions/{id}/executions/{eid}/cancel``: takes a queued one out of
   the queue or interrupts the running one; answers when it has ended.
   A finished one: 409 ``execution_finished``.
@@ -33,9 +33,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from .._background import Execution, ExecutionEvent, Reservation, start_execution
-from .._live import OutputListener
-from .._models import ExecutionResult
+from .._execution._background import Execution, ExecutionEvent, Reservation, start_execution
+from .._execution._live import OutputListener
+from .._execution._models import ExecutionResult
 from .._times import SCHEMA as WHEN
 from ._errors import ApiError, JSONResponse
 from ._registry import KEEP_FINISHED, Entry, Registry

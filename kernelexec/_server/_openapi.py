@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._data import data_schemas
+from .._execution._data import data_schemas
 from .._times import SCHEMA as WHEN
 from .._version import __version__
 from ._config import ServerConfig

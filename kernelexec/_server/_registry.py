@@ -18,9 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .. import _disk, _workdir
-from .._background import ExecutionStore
-from .._checkpoint import Checkpoint
+from .. import _workdir
 from .._exceptions import (
     CheckpointError,
     ConfigurationError,
@@ -30,10 +28,13 @@ from .._exceptions import (
     SessionBusyError,
     SessionClosedError,
 )
-from .._fork import ForkMethod
-from .._pool import KernelPool
+from .._execution._background import ExecutionStore
 from .._remote_models import CheckpointInfo
-from .._session import AsyncSession
+from .._session._async import AsyncSession
+from .._session._pool import KernelPool
+from .._state import _disk
+from .._state._checkpoint import Checkpoint
+from .._state._fork import ForkMethod
 from .._workdir import remove_tree
 from ._bodies import CreateRequest
 from ._checkpoints import CheckpointStore, Held, UnknownCheckpoint

@@ -42,11 +42,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _disk, _times, _workdir
-from ._backends import DROPPED, KernelBackend
-from ._exceptions import CheckpointError, DiskSpaceError
-from ._kernel import BOOT_DIR
-from ._version import __version__
+from .. import _times, _workdir
+from .._backends import DROPPED, KernelBackend
+from .._exceptions import CheckpointError, DiskSpaceError
+from .._kernel import BOOT_DIR
+from .._version import __version__
+from . import _disk
 
 __all__ = [
     "CAUSES",

@@ -35,8 +35,8 @@ from types import TracebackType
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ._environment import installer_env
-from ._exceptions import EnvironmentBuildError
+from .._environment import installer_env
+from .._exceptions import EnvironmentBuildError
 
 __all__ = ["Installers", "failure_reason", "output_tail"]
 

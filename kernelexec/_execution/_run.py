@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._backends import DROPPED, KernelBackend
+from .._backends import DROPPED, KernelBackend
 from ._live import LiveOutput, OutputListener
 from ._reducer import ExecutionReducer, live_output
 

@@ -97,7 +97,7 @@ class ExecutionResult:
             (``ChartData``) the outputs showed, as data: schema, shape and
             first rows; kind, labels and series with their points; capped.
             Each names its output; a chart names its saved image. See
-            ``kernelexec._data`` for the shapes.
+            ``kernelexec._execution._data`` for the shapes.
     """
 
     status: Status

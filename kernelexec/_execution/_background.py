@@ -40,10 +40,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._exceptions import QueueFullError
+from .._exceptions import QueueFullError
+from .._times import now
 from ._live import LiveOutput, OutputListener, json_size
 from ._models import ExecutionResult
-from ._times import now
 
 __all__ = [
     "DEFAULT_MAX_CHARS",

@@ -32,8 +32,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._languages import normalize_language
-from ._models import ExecutionResult
+from .._execution._languages import normalize_language
+from .._execution._models import ExecutionResult
 from ._unlabelled import Reading, read_unlabelled
 
 __all__ = [

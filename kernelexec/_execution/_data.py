@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._kernel.data import (
+from .._kernel.data import (
     CHART,
     MAX_AXES,
     MAX_CHARS,

@@ -16,15 +16,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
-from ._background import Execution, ExecutionEvent, ExecutionState
-from ._checkpoint import Checkpoint, RestoreReport
-from ._fork import ForkMethod, ForkReport
-from ._live import OutputListener
-from ._markdown import BlockResult
-from ._models import ExecutionResult
+from .._execution._background import Execution, ExecutionEvent, ExecutionState
+from .._execution._live import OutputListener
+from .._execution._models import ExecutionResult
+from .._markdown._blocks import BlockResult
+from .._state._checkpoint import Checkpoint, RestoreReport
+from .._state._fork import ForkMethod, ForkReport
+from .._state._variables import Variable, VariableDetail
+from ._async import AsyncSession
 from ._replay import ReplayReport
-from ._session import AsyncSession
-from ._variables import Variable, VariableDetail
 
 __all__ = ["Session", "SyncExecution"]
 

@@ -15,32 +15,33 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, overload
 
-from . import _checkpoint, _telemetry, _workdir
-from ._assemble import assemble, check_code, full_output_path
-from ._backends import DockerBackend, KernelBackend, LocalBackend
-from ._background import (
+from .. import _telemetry, _workdir
+from .._backends import DockerBackend, KernelBackend, LocalBackend
+from .._environment import kernel_env
+from .._exceptions import CheckpointError, ConfigurationError, SessionClosedError
+from .._execution._assemble import assemble, check_code, full_output_path
+from .._execution._background import (
     Execution,
     ExecutionCancelled,
     ExecutionStore,
     mark_started,
     run_in_background,
 )
-from ._checkpoint import Checkpoint, RestoreReport
-from ._environment import kernel_env
-from ._exceptions import CheckpointError, ConfigurationError, SessionClosedError
-from ._fork import ForkMethod, ForkReport, fork_session
-from ._languages import kernel_source, normalize_language
-from ._live import OutputListener
-from ._markdown import BlockResult, CodeBlock, extract_code_blocks, run_blocks
-from ._models import ExecutionResult, Limits, Status
+from .._execution._languages import kernel_source, normalize_language
+from .._execution._live import OutputListener
+from .._execution._models import ExecutionResult, Limits, Status
+from .._execution._reducer import ExecutionReducer
+from .._execution._run import Outcome, run_code
+from .._markdown._blocks import BlockResult, CodeBlock, extract_code_blocks, run_blocks
+from .._state import _checkpoint
+from .._state._checkpoint import Checkpoint, RestoreReport
+from .._state._fork import ForkMethod, ForkReport, fork_session
+from .._state._restore import restart_keeping_state, restore_session
+from .._state._variables import Variable, VariableDetail, ask_variables
+from .._venvs._venv import ensure_env
 from ._pool import KernelConfig, KernelPool
-from ._reducer import ExecutionReducer
 from ._replay import ReplayReport, read_code_cells, replay_into
-from ._restore import restart_keeping_state, restore_session
-from ._run import Outcome, run_code
 from ._transcript import Transcript, code_cell, note_cell
-from ._variables import Variable, VariableDetail, ask_variables
-from ._venv import ensure_env
 
 __all__ = ["AsyncSession"]
 
@@ -903,7 +904,7 @@ class AsyncSession:
 
 def _warn(message: str) -> None:
     """Warns at the caller's line: the first frame outside kernelexec (``Session`` wraps us)."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # kernelexec/
     level, frame = 2, sys._getframe(1)
     while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _workdir
+from .. import _workdir
 from ._artifacts import OUTPUT_DIR, save_rich_outputs
 from ._data import collect
 from ._languages import SUPPORTED_LANGUAGES

@@ -11,14 +11,15 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import _checkpoint, _disk, _workdir
-from ._backends import KernelBackend
+from .. import _workdir
+from .._backends import KernelBackend
+from .._exceptions import CheckpointError, IncompatibleCheckpointError
+from .._session._transcript import note_cell
+from . import _checkpoint, _disk
 from ._checkpoint import Checkpoint, RestoreReport, SkippedVariable
-from ._exceptions import CheckpointError, IncompatibleCheckpointError
-from ._transcript import note_cell
 
 if TYPE_CHECKING:
-    from ._session import AsyncSession
+    from .._session._async import AsyncSession
 
 __all__ = ["copy_files_out", "load_into", "restart_keeping_state", "restore_session"]
 
@@ -67,7 +68,7 @@ async def restore_session(
 
 async def restart_keeping_state(session: AsyncSession) -> RestoreReport:
     """Checkpoint, restart, restore: ``restart(keep_state=True)``; the session's lock is held."""
-    from ._session import STATE_LOST
+    from .._session._async import STATE_LOST
 
     folder = Path(tempfile.mkdtemp(prefix="kernelexec-keep-"))
     try:

@@ -18,7 +18,7 @@ import errno
 import os
 from pathlib import Path
 
-from ._exceptions import DiskSpaceError
+from .._exceptions import DiskSpaceError
 
 __all__ = ["check", "free", "full", "is_full", "reserve", "room", "shown"]
 

@@ -36,8 +36,8 @@ from __future__ import annotations
 import ctypes
 import sys
 
-from ._environment import keep_dumpable, looks_secret
-from ._kernel import guard
+from .._environment import keep_dumpable, looks_secret
+from .._kernel import guard
 
 __all__ = ["drop_capabilities", "protect_process"]
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from ._backends import LocalBackend
-from ._environment import kernel_env
-from ._exceptions import ConfigurationError, KernelStartError
-from ._models import Limits
-from ._venv import EnvRequest, check_packages, ensure_env
+from .._backends import LocalBackend
+from .._environment import kernel_env
+from .._exceptions import ConfigurationError, KernelStartError
+from .._execution._models import Limits
+from .._venvs._venv import EnvRequest, check_packages, ensure_env
 
 __all__ = ["KernelConfig", "KernelPool"]
 

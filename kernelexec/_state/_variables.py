@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._backends import KernelBackend
-from ._exceptions import KernelexecError, KernelStartError
-from ._kernel.variables import REPLY, REQUEST
+from .._backends import KernelBackend
+from .._exceptions import KernelexecError, KernelStartError
+from .._kernel.variables import REPLY, REQUEST
 
 __all__ = ["Variable", "VariableDetail", "ask_variables"]
 

@@ -7,7 +7,7 @@ import binascii
 from pathlib import Path
 from typing import Any
 
-from . import _workdir
+from .. import _workdir
 
 __all__ = ["OUTPUT_DIR", "SAVED_MIMETYPES", "Saved", "save_rich_outputs"]
 

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._exceptions import ConfigurationError
-from ._models import ExecutionResult
+from .._exceptions import ConfigurationError
+from .._execution._models import ExecutionResult
 
 __all__ = ["CellReplay", "ReplayReport", "read_code_cells", "replay_into"]
 

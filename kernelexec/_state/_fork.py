@@ -21,18 +21,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import _disk, _workdir
-from ._backends import LocalBackend
-from ._exceptions import (
-    ConfigurationError,
-    DiskSpaceError,
-    KernelStartError,
-    SessionBusyError,
-)
-from ._transcript import note_cell
+from .. import _workdir
+from .._backends import LocalBackend
+from .._exceptions import ConfigurationError, DiskSpaceError, KernelStartError, SessionBusyError
+from .._session._transcript import note_cell
+from . import _disk
 
 if TYPE_CHECKING:
-    from ._session import AsyncSession
+    from .._session._async import AsyncSession
 
 __all__ = ["FORK_METHODS", "ForkMethod", "ForkReport", "fork_session"]
 
@@ -84,7 +80,7 @@ async def fork_session(
     max_bytes: int | None = None,
 ) -> AsyncSession:
     """The body of ``AsyncSession.fork``."""
-    from ._session import AsyncSession, _prepare_work_dir
+    from .._session._async import AsyncSession, _prepare_work_dir
 
     if method not in FORK_METHODS:
         raise ConfigurationError(
@@ -158,7 +154,7 @@ async def fork_session(
 async def _by_checkpoint(
     parent: AsyncSession, target: Path, options: dict[str, Any], max_bytes: int | None
 ) -> tuple[AsyncSession, tuple[str, ...]]:
-    from ._session import AsyncSession
+    from .._session._async import AsyncSession
 
     fresh = getattr(parent._backend, "fresh", None)
     if fresh is None:

@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _telemetry, _workdir
-from ._models import Usage
+from .. import _telemetry, _workdir
+from .._execution._models import Usage
 
 __all__ = ["MAX_TRANSCRIPT_BYTES", "Transcript", "code_cell", "note_cell", "session_note"]
 

@@ -43,8 +43,8 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from ._environment import venv_cache_dir
-from ._exceptions import ConfigurationError
+from .._environment import venv_cache_dir
+from .._exceptions import ConfigurationError
 from ._installer import Installers
 
 __all__ = ["ARCHIVES", "EnvRequest", "check_packages", "ensure_env", "make_env"]

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from .._kernel.caps import Capper, Caps, Cut
 from ._ansi import strip_ansi
-from ._kernel.caps import Capper, Caps, Cut
 from ._models import ExecutionError, Limits, Usage
 
 __all__ = [

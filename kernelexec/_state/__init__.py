@@ -1,0 +1,11 @@
+"""A kernel's state, taken out and put back: variables, checkpoints, restores, forks.
+
+These work on a backend and a work dir, never on a session: the session
+(``kernelexec._session._async``) holds its lock and transcript and calls them.
+``_variables.py`` lists the namespace without a cell; ``_checkpoint.py`` takes
+a checkpoint and ``_manifest.py`` is its format, read back and checked;
+``_restore.py`` loads one into a kernel; ``_fork.py`` is a fork's report and
+its copy of the work dir; ``_disk.py`` holds all of them to a disk budget.
+"""
+
+__all__: list[str] = []
