@@ -284,7 +284,7 @@ def _backend_name(backend: object) -> str:
 
 
 def execution(method: F) -> F:
-    """Decorates ``AsyncSession._execute(code, language, ...)`` to run in ``kernelexec.execute``."""
+    """Decorates a session's ``_execute(session, code, language, ...)`` to run in its span."""
 
     @functools.wraps(method)
     async def run(

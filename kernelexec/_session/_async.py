@@ -3,49 +3,44 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
-import os
-import sys
-import tempfile
-import time
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, overload
 
-from .. import _telemetry, _workdir
-from .._backends import DockerBackend, KernelBackend, LocalBackend
+from .. import _telemetry
+from .._backends import KernelBackend
 from .._environment import kernel_env
 from .._exceptions import CheckpointError, ConfigurationError, SessionClosedError
-from .._execution._assemble import assemble, check_code, full_output_path
-from .._execution._background import (
-    Execution,
-    ExecutionCancelled,
-    ExecutionStore,
-    mark_started,
-    run_in_background,
-)
-from .._execution._languages import kernel_source, normalize_language
+from .._execution._background import Execution, ExecutionStore, run_in_background
 from .._execution._live import OutputListener
-from .._execution._models import ExecutionResult, Limits, Status
-from .._execution._reducer import ExecutionReducer
-from .._execution._run import Outcome, run_code
+from .._execution._models import ExecutionResult, Limits
 from .._markdown._blocks import BlockResult, CodeBlock, extract_code_blocks, run_blocks
-from .._state import _checkpoint
 from .._state._checkpoint import Checkpoint, RestoreReport
-from .._state._fork import ForkMethod, ForkReport, fork_session
-from .._state._restore import restart_keeping_state, restore_session
-from .._state._variables import Variable, VariableDetail, ask_variables
-from .._venvs._venv import ensure_env
+from .._state._fork import ForkMethod, ForkReport
+from .._state._variables import Variable, VariableDetail, inspect_variable, list_variables
+from . import _execute
+from ._lifecycle import (
+    STATE_LOST,
+    await_pending_restart,
+    close,
+    ensure_kernel,
+    local_backend,
+    prepare_work_dir,
+    warn,
+)
 from ._pool import KernelConfig, KernelPool
-from ._replay import ReplayReport, read_code_cells, replay_into
-from ._transcript import Transcript, code_cell, note_cell
+from ._replay import ReplayReport
+from ._state import (
+    checkpoint_now,
+    fork_session,
+    replay_session,
+    restart_keeping_state,
+    restore_session,
+)
+from ._transcript import Transcript, note_cell
 
 __all__ = ["AsyncSession"]
-
-STATE_LOST = "all earlier state (variables, imports) is gone"
 
 
 class AsyncSession:
@@ -152,7 +147,7 @@ class AsyncSession:
                 "packages=, python_version= and venv= make an environment for a local kernel; "
                 "for a Docker kernel give DockerBackend(packages=...) instead"
             )
-        self.work_dir = _prepare_work_dir(work_dir)
+        self.work_dir = prepare_work_dir(work_dir)
         self.notebook_path = self.work_dir / notebook
         self.timeout = timeout
         self.limits = config.limits
@@ -161,7 +156,9 @@ class AsyncSession:
         self._config = config
         self._zygote = zygote
         self._startup_timeout = startup_timeout
-        self._backend: KernelBackend = backend or self._local_backend(config.python)
+        self._backend: KernelBackend = backend or local_backend(
+            config, config.python, zygote=zygote, startup_timeout=startup_timeout
+        )
         # The host's own cap on every message the kernel sends, wherever it runs.
         self._backend.max_message_bytes = config.limits.max_message_bytes
         # The kernel cuts outputs to the byte caps before sending them.
@@ -170,7 +167,7 @@ class AsyncSession:
         unfit = pool.unfit(config) if pool is not None else None
         if unfit is not None:
             self._pool = None
-            _warn(
+            warn(
                 "this session starts its own kernel, cold, instead of taking a ready one "
                 f"from its pool: {unfit}."
             )
@@ -218,22 +215,9 @@ class AsyncSession:
             ConfigurationError: ``path`` is not a readable notebook, or is the
                 new session's own transcript.
         """
-        source = Path(path).expanduser().resolve()
-        cells = read_code_cells(source)  # a bad notebook fails before any kernel starts
-        session = cls(work_dir, **options)
-        if session.notebook_path.resolve() == source:
-            raise ConfigurationError(
-                f"{source} is the new session's own transcript; replay into another work_dir"
-            )
-        await session.start()
-        try:
-            session.replay_report = await replay_into(
-                session, source, cells, until=until, include_failed=include_failed
-            )
-        except BaseException:
-            await session.close()
-            raise
-        return session
+        return await replay_session(
+            cls, path, work_dir, until=until, include_failed=include_failed, options=options
+        )
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._kernel_up else "new"
@@ -269,7 +253,7 @@ class AsyncSession:
     async def start(self) -> AsyncSession:
         """Starts the kernel now rather than on the first execution."""
         async with self._lock:
-            await self._ensure_kernel()
+            await ensure_kernel(self)
         return self
 
     @overload
@@ -348,28 +332,9 @@ class AsyncSession:
                 held.release()
                 raise
             return self._queue.add(execution, held)
-        normalized = normalize_language(language)
-        text, refused = check_code(code, language, normalized, self.limits)
-        async with self._lock:
-            mark_started()  # a background execution is "running" from here
-            if self._closed:
-                return _cancelled(normalized or "python")
-            if self._dead is not None:
-                return _kernel_down(self._dead, normalized or "python")
-            self._seq += 1
-            try:
-                if refused is not None or normalized is None:
-                    assert refused is not None
-                    self._record_refusal(refused, text, language)
-                    return refused
-                return await self._execute(
-                    text, normalized, timeout or self.timeout, stdin, on_output
-                )
-            finally:
-                # The cell is in the file before its result is handed out: a
-                # crash right after a result loses nothing, and a caller may
-                # delete or copy the work dir as soon as it has the result.
-                await self._transcript.flush()
+        return await _execute.execute(
+            self, code, language=language, timeout=timeout, stdin=stdin, on_output=on_output
+        )
 
     async def run_markdown(
         self,
@@ -441,13 +406,13 @@ class AsyncSession:
             await self._backend.interrupt()
         async with self._lock:
             self._dead = None
-            await self._await_pending_restart()
+            await await_pending_restart(self)
             if keep_state and self._kernel_up and await self._backend.is_alive():
-                return await self._restart_keeping_state()
+                return await restart_keeping_state(self)
             if self._kernel_up:
                 await _telemetry.kernel_restart(self, self._backend.restart())
             else:
-                await self._ensure_kernel()
+                await ensure_kernel(self)
             self._transcript.add(
                 note_cell(f"*kernelexec: kernel restarted on request; {STATE_LOST}.*")
             )
@@ -492,11 +457,11 @@ class AsyncSession:
         """
         self._check_open()
         async with self._lock:
-            await self._ensure_kernel()
+            await ensure_kernel(self)
             if not await self._backend.is_alive():
                 raise CheckpointError("the kernel has died; there is no state to checkpoint")
-            return await self._checkpoint_now(
-                path, files, timeout, variable_timeout, max_bytes=max_bytes
+            return await checkpoint_now(
+                self, path, files, timeout, variable_timeout, max_bytes=max_bytes
             )
 
     @classmethod
@@ -602,13 +567,7 @@ class AsyncSession:
         self._check_open()
         if not self._kernel_up:
             return []
-        reply = await ask_variables(self._backend, None)
-        listed = reply.get("variables")
-        return (
-            [Variable.from_dict(v) for v in listed if isinstance(v, dict)]
-            if isinstance(listed, list)
-            else []
-        )
+        return await list_variables(self._backend)
 
     async def inspect(self, name: str) -> VariableDetail | None:
         """One variable in more detail (a DataFrame's columns, dtypes and head); None if unknown.
@@ -622,9 +581,7 @@ class AsyncSession:
         self._check_open()
         if not self._kernel_up:
             return None
-        reply = await ask_variables(self._backend, name)
-        found = reply.get("variable")
-        return VariableDetail.from_dict(found) if isinstance(found, dict) else None
+        return await inspect_variable(self._backend, name)
 
     async def flush(self) -> None:
         """Returns once the transcript file holds every execution so far."""
@@ -633,306 +590,10 @@ class AsyncSession:
     @_telemetry.session_span("kernelexec.session.close")
     async def close(self) -> None:
         """Shuts the kernel (and its children) down; files and transcript stay."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._running:
-            with contextlib.suppress(Exception):
-                await self._backend.interrupt()
-        try:
-            await asyncio.wait_for(self._lock.acquire(), self.interrupt_grace)
-            self._lock.release()
-        except asyncio.TimeoutError:
-            pass  # the shutdown below ends the stuck execution
-        if self._restarting is not None:
-            self._restarting.cancel()
-            with contextlib.suppress(BaseException):
-                await self._restarting
-        await self._backend.shutdown()
-        self._kernel_up = False
-        await self._transcript.flush()
+        await close(self)
 
     # -- internals
-
-    def _fork_options(self) -> dict[str, Any]:
-        """What a fork of this session is made with, its backend aside."""
-        return {
-            "timeout": self.timeout,
-            "limits": self.limits,
-            "interrupt_grace": self.interrupt_grace,
-            "auto_restart": self.auto_restart,
-            "notebook": self.notebook_path.name,
-            "startup_timeout": self._startup_timeout,
-        }
-
-    def _kernel_dir(self) -> str:
-        """The work dir as the kernel sees it."""
-        return "/workspace" if isinstance(self._backend, DockerBackend) else str(self.work_dir)
-
-    async def _checkpoint_now(
-        self,
-        path: str | Path | None,
-        files: bool,
-        timeout: float,
-        variable_timeout: float,
-        *,
-        max_bytes: int | None = None,
-    ) -> Checkpoint:
-        return await _checkpoint.take(
-            self._backend,
-            work_dir=self.work_dir,
-            kernel_dir=self._kernel_dir(),
-            path=path,
-            notebook=self.notebook_path,
-            cells=self._seq,
-            files=files,
-            timeout=timeout,
-            variable_timeout=variable_timeout,
-            max_bytes=max_bytes,
-        )
-
-    async def _restart_keeping_state(self) -> RestoreReport:
-        """Checkpoint, restart, restore; the lock is held."""
-        return await restart_keeping_state(self)
-
-    @_telemetry.execution
-    async def _execute(
-        self,
-        code: str,
-        language: str,
-        timeout: float,
-        stdin: Sequence[str] | None,
-        on_output: OutputListener | None,
-    ) -> ExecutionResult:
-        started_wall, started = time.time(), time.monotonic()
-        await self._ensure_kernel()
-        revived = await self._revive_if_dead()
-        if self._dead is not None:
-            return _kernel_down(self._dead, language)
-        stem = f"{self._seq:04d}"
-        source = kernel_source(code, language)
-        spill_notes: list[str] = []
-
-        def open_spill() -> Any:
-            # Through _workdir: a link the kernel planted at the name is replaced, not followed.
-            try:
-                raw, moved = _workdir.create(self.work_dir, full_output_path(stem))
-            except OSError as exc:
-                spill_notes.append(f"The full output could not be saved: {exc}.")
-                return open(os.devnull, "w")
-            spill_notes.extend([moved] if moved else [])
-            return io.TextIOWrapper(raw, encoding="utf-8", errors="surrogatepass")
-
-        def reducer_factory(msg_id: str) -> ExecutionReducer:
-            return ExecutionReducer(
-                msg_id, limits=self.limits, spill=open_spill, spill_name=full_output_path(stem)
-            )
-
-        self._running = True
-        try:
-            outcome = await run_code(
-                self._backend,
-                source,
-                reducer_factory=reducer_factory,
-                timeout=timeout,
-                grace=self.interrupt_grace,
-                stdin=stdin,
-                on_output=on_output,
-            )
-        finally:
-            self._running = False
-        status, notes, restarted = self._judge(outcome, timeout)
-        notes.extend(spill_notes)
-        if revived:
-            notes.insert(0, revived)
-            restarted = True
-        assembly = assemble(
-            outcome.reducer.finish(),
-            status=status,
-            language=language,
-            work_dir=self.work_dir,
-            stem=stem,
-            limits=self.limits,
-            duration=time.monotonic() - started,
-            notes=notes,
-            spilled=outcome.reducer.spilled,
-            restarted=restarted,
-        )
-        result = assembly.result
-        self._transcript.add(
-            code_cell(
-                source,
-                assembly.outputs,
-                execution_count=result.execution_count,
-                started=started_wall,
-                finished=time.time(),
-                failed=status != "ok",
-                usage=result.usage,
-                kernelexec={
-                    "status": status,
-                    "language": language,
-                    "duration": result.duration,
-                    "files": result.files,
-                    "restarted": restarted,
-                    "message": result.message,
-                },
-            )
-        )
-        if status == "kernel_died":
-            self._transcript.add(note_cell(f"*kernelexec: {result.message}*"))
-        if outcome.ending == "cancelled":
-            raise ExecutionCancelled(result)  # a CancelledError that keeps the result
-        return result
-
-    def _judge(self, outcome: Outcome, timeout: float) -> tuple[Status, list[str], bool]:
-        notes = list(outcome.notes)
-        reducer = outcome.reducer
-        # close() interrupts a running cell: the KeyboardInterrupt it ends with is ours.
-        stopped_by_close = reducer.error is not None and reducer.error.ename == "KeyboardInterrupt"
-        if self._closed and (outcome.ending != "done" or stopped_by_close):
-            notes.append("The session was closed while this code ran.")
-            return "cancelled", notes, False
-        if outcome.ending == "done":
-            return ("error" if reducer.error is not None else "ok"), notes, False
-        if outcome.ending == "died":
-            reason = self._backend.exit_reason() or "cause unknown"
-            then = (
-                "A new kernel is starting for the next execution."
-                if self.auto_restart
-                else "Call restart() to start a new kernel."
-            )
-            notes.append(
-                f"The kernel died ({reason}) while running this code; {STATE_LOST}. {then}"
-            )
-            self._kernel_up = False
-            if self.auto_restart:
-                self._schedule_restart()
-            else:
-                self._dead = f"The kernel died ({reason})."
-            return "kernel_died", notes, self.auto_restart
-        what = f"Timed out after {timeout:g} s" if outcome.ending == "timeout" else "Cancelled"
-        if outcome.needs_restart:
-            notes.append(
-                f"{what}; the kernel did not stop within {self.interrupt_grace:g} s of an "
-                f"interrupt, so it was restarted and {STATE_LOST}."
-            )
-            self._kernel_up = False
-            self._schedule_restart()
-            restarted = True
-        else:
-            notes.append(f"{what}; the kernel was interrupted and its state is kept.")
-            restarted = False
-        status: Status = "timeout" if outcome.ending == "timeout" else "cancelled"
-        return status, notes, restarted
-
-    def _schedule_restart(self) -> None:
-        # In the background, so the result of a death comes at once; the next
-        # execution waits for the new kernel.
-        self._restarting = asyncio.get_running_loop().create_task(
-            _telemetry.kernel_restart(self, self._backend.restart())
-        )
-
-    async def _await_pending_restart(self) -> None:
-        task, self._restarting = self._restarting, None
-        if task is not None:
-            await task  # a KernelStartError surfaces here, on the next call
-            self._kernel_up = True
-
-    async def _ensure_kernel(self) -> None:
-        self._check_open()
-        await self._await_pending_restart()
-        if not self._kernel_up:
-            with _telemetry.kernel_start(self) as traced:
-                taken = await self._pool.take(self.work_dir) if self._pool is not None else None
-                self._pool = None  # a restart starts this session's own kernel, cold
-                if taken is not None:
-                    self._backend = taken
-                else:
-                    await self._make_environment()
-                    await self._backend.start(cwd=self.work_dir, env=self._env)
-                _telemetry.note_kernel(traced, self._backend, pooled=taken is not None)
-            self._kernel_up = True
-
-    async def _make_environment(self) -> None:
-        """Makes (or finds made) the environment asked for, and a kernel to run in it."""
-        if self._env_request is None:
-            return
-        # In a thread: a build takes seconds to minutes, and other sessions run meanwhile.
-        python = await ensure_env(self._env_request)
-        self._check_open()  # closed while the environment was being made
-        self._env_request = None  # only once made: a failed build is tried again
-        self._backend = self._local_backend(python)
-
-    def _local_backend(self, python: str | None) -> LocalBackend:
-        return LocalBackend(
-            kernel_name=self._config.kernel_name,
-            python=python,
-            startup_timeout=self._startup_timeout,
-            preload=self._config.preload,
-            zygote=self._zygote,
-            max_message_bytes=self._config.limits.max_message_bytes,
-        )
-
-    async def _revive_if_dead(self) -> str | None:
-        """Restarts a kernel that died between executions; says so, or None."""
-        if await self._backend.is_alive():
-            return None
-        reason = self._backend.exit_reason() or "cause unknown"
-        said = f"The kernel had died since the last execution ({reason}); {STATE_LOST}."
-        if not self.auto_restart:
-            self._dead = said
-            return None
-        self._transcript.add(note_cell(f"*kernelexec: {said} A new kernel was started.*"))
-        await _telemetry.kernel_restart(self, self._backend.restart())
-        return f"{said} A new kernel was started before this code ran."
-
-    def _record_refusal(self, result: ExecutionResult, code: str, language: str | None) -> None:
-        with contextlib.suppress(UnicodeEncodeError):
-            code.encode("utf-8")
-            self._transcript.add(
-                note_cell(
-                    code[:10_000],
-                    kind="raw",
-                    kernelexec={"status": "error", "language": language, "message": result.message},
-                )
-            )
 
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosedError("this session is closed; create a new one")
-
-
-def _warn(message: str) -> None:
-    """Warns at the caller's line: the first frame outside kernelexec (``Session`` wraps us)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # kernelexec/
-    level, frame = 2, sys._getframe(1)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, UserWarning, stacklevel=level)
-
-
-def _prepare_work_dir(work_dir: str | Path | None) -> Path:
-    if work_dir is None:
-        return Path(tempfile.mkdtemp(prefix="kernelexec-")).resolve()
-    path = Path(work_dir).expanduser().resolve()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as exc:
-        raise ConfigurationError(f"work_dir {path} exists and is not a directory") from exc
-    except OSError as exc:
-        raise ConfigurationError(f"cannot create work_dir {path}: {exc}") from exc
-    return path
-
-
-def _cancelled(language: str) -> ExecutionResult:
-    message = "The session was closed before this code ran."
-    return ExecutionResult(
-        status="cancelled", text=f"[kernelexec] {message}\n", message=message, language=language
-    )
-
-
-def _kernel_down(why: str, language: str) -> ExecutionResult:
-    message = f"{why} auto_restart is off: call restart() to start a new kernel. Nothing was run."
-    return ExecutionResult(
-        status="kernel_died", text=f"[kernelexec] {message}\n", message=message, language=language
-    )

@@ -14,7 +14,7 @@ from .._backends import KernelBackend
 from .._exceptions import KernelexecError, KernelStartError
 from .._kernel.variables import REPLY, REQUEST
 
-__all__ = ["Variable", "VariableDetail", "ask_variables"]
+__all__ = ["Variable", "VariableDetail", "ask_variables", "inspect_variable", "list_variables"]
 
 ANSWER_TIMEOUT = 5.0  # seconds the kernel gets; its own budget is under one
 
@@ -77,6 +77,20 @@ def _pick(cls: type[Variable], data: dict[str, Any]) -> dict[str, Any]:
     # Only the fields we know: a newer (or hostile) kernel's extras are dropped.
     names = set(cls.__dataclass_fields__)
     return {k: v for k, v in data.items() if k in names}
+
+
+async def list_variables(backend: KernelBackend) -> list[Variable]:
+    """The kernel's user namespace, briefly (see ``ask_variables`` for what it raises)."""
+    listed = (await ask_variables(backend, None)).get("variables")
+    if not isinstance(listed, list):
+        return []
+    return [Variable.from_dict(v) for v in listed if isinstance(v, dict)]
+
+
+async def inspect_variable(backend: KernelBackend, name: str) -> VariableDetail | None:
+    """One variable in more detail, None if unknown (see ``ask_variables`` for what it raises)."""
+    found = (await ask_variables(backend, name)).get("variable")
+    return VariableDetail.from_dict(found) if isinstance(found, dict) else None
 
 
 async def ask_variables(backend: KernelBackend, name: str | None) -> dict[str, Any]:
