@@ -45,8 +45,8 @@ from ._session._async import AsyncSession
 from ._session._pool import KernelPool
 from ._session._replay import CellReplay, ReplayReport
 from ._session._sync import Session, SyncExecution
-from ._state._checkpoint import Checkpoint, CheckpointVariable, RestoreReport, SkippedVariable
 from ._state._fork import ForkReport
+from ._state._manifest import Checkpoint, CheckpointVariable, RestoreReport, SkippedVariable
 from ._state._variables import Variable, VariableDetail
 from ._version import __version__
 

@@ -16,8 +16,8 @@ import httpx
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult, Limits
 from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
-from .._state._checkpoint import RestoreReport
 from .._state._fork import ForkMethod, ForkReport
+from .._state._manifest import RestoreReport
 from .._state._variables import Variable, VariableDetail
 from ._base import (
     DEFAULT_URL,

@@ -23,8 +23,8 @@ from .._exceptions import (
 )
 from .._execution._models import ExecutionResult, Limits
 from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
-from .._state._checkpoint import RestoreReport, SkippedVariable
 from .._state._fork import ForkReport
+from .._state._manifest import RestoreReport, SkippedVariable
 from .._state._variables import Variable, VariableDetail
 
 __all__ = [

@@ -36,8 +36,8 @@ from .._remote_models import CheckpointInfo, SessionInfo
 from .._server._checkpoints import CheckpointStore, UnknownCheckpoint
 from .._server._options import OptionError, SessionOptions, parse_options
 from .._session._async import AsyncSession
-from .._state._checkpoint import RestoreReport
 from .._state._fork import ForkMethod
+from .._state._manifest import RestoreReport
 from ._executions import ExecutionView
 from ._files import FileRefused, confined, files_in, read_head, read_notebook
 from ._making import Making

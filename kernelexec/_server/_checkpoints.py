@@ -38,7 +38,7 @@ from typing import Any
 from .._exceptions import CheckpointError
 from .._remote_models import CheckpointInfo
 from .._state import _disk
-from .._state._checkpoint import Checkpoint
+from .._state._manifest import Checkpoint
 from .._workdir import Refused, list_tree, open_folder, own_folder, remove_tree
 
 __all__ = ["FOLDER", "CheckpointStore", "Held", "UnknownCheckpoint"]

@@ -11,8 +11,8 @@ from typing import Any
 from .._execution._background import ExecutionStore
 from .._remote_models import SessionInfo, SessionState
 from .._session._async import AsyncSession
-from .._state._checkpoint import RestoreReport
 from .._state._fork import ForkReport
+from .._state._manifest import RestoreReport
 from .._times import iso
 from ._options import SessionOptions
 from ._records import Record, RecordState

@@ -31,7 +31,7 @@ from .._exceptions import (
     SessionClosedError,
 )
 from .._session._async import AsyncSession
-from .._state._checkpoint import Checkpoint, RestoreReport
+from .._state._manifest import Checkpoint, RestoreReport
 from ._checkpoints import UnknownCheckpoint
 from ._entry import Entry, why_culled
 from ._errors import ApiError, closed_meanwhile, no_room

@@ -52,7 +52,7 @@ from typing import IO, Any, Literal
 
 from .. import _workdir
 from .._exceptions import ConfigurationError
-from .._state._checkpoint import STAGING
+from .._state._manifest import STAGING
 
 __all__ = [
     "FOLDER",

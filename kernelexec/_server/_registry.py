@@ -33,8 +33,8 @@ from .._remote_models import CheckpointInfo
 from .._session._async import AsyncSession
 from .._session._pool import KernelPool
 from .._state import _disk
-from .._state._checkpoint import Checkpoint
 from .._state._fork import ForkMethod
+from .._state._manifest import Checkpoint
 from .._workdir import remove_tree
 from ._bodies import CreateRequest
 from ._checkpoints import CheckpointStore, Held, UnknownCheckpoint

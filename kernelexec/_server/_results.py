@@ -18,7 +18,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from .._execution._models import ExecutionResult
-from .._state._checkpoint import RestoreReport
+from .._state._manifest import RestoreReport
 
 __all__ = ["MAX_DEPTH", "result_json", "resumed_result"]
 

@@ -16,8 +16,8 @@ from .._execution._background import Execution, ExecutionStore, run_in_backgroun
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult, Limits
 from .._markdown._blocks import BlockResult, CodeBlock, extract_code_blocks, run_blocks
-from .._state._checkpoint import Checkpoint, RestoreReport
 from .._state._fork import ForkMethod, ForkReport
+from .._state._manifest import Checkpoint, RestoreReport
 from .._state._variables import Variable, VariableDetail, inspect_variable, list_variables
 from . import _execute
 from ._lifecycle import (

@@ -25,8 +25,8 @@ from .._exceptions import (
     SessionBusyError,
 )
 from .._state import _checkpoint, _disk
-from .._state._checkpoint import Checkpoint, RestoreReport, note
 from .._state._fork import FORK_METHODS, ForkMethod, ForkReport, copy_files
+from .._state._manifest import Checkpoint, RestoreReport, note
 from .._state._restore import copy_files_out, load_into
 from ._lifecycle import STATE_LOST, ensure_kernel, prepare_work_dir
 from ._replay import read_code_cells, replay_into

@@ -20,8 +20,8 @@ from .._execution._background import Execution, ExecutionEvent, ExecutionState
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult
 from .._markdown._blocks import BlockResult
-from .._state._checkpoint import Checkpoint, RestoreReport
 from .._state._fork import ForkMethod, ForkReport
+from .._state._manifest import Checkpoint, RestoreReport
 from .._state._variables import Variable, VariableDetail
 from ._async import AsyncSession
 from ._replay import ReplayReport

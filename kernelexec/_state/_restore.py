@@ -18,8 +18,9 @@ from typing import Literal
 from .. import _workdir
 from .._backends import KernelBackend
 from .._exceptions import CheckpointError, IncompatibleCheckpointError
-from . import _checkpoint, _disk
-from ._checkpoint import Checkpoint, RestoreReport, SkippedVariable
+from . import _disk
+from ._kernel_calls import kernel_call, run_silently
+from ._manifest import Checkpoint, RestoreReport, SkippedVariable, read_json
 
 __all__ = ["copy_files_out", "load_into"]
 
@@ -93,15 +94,15 @@ async def load_into(
             "variable_timeout": variable_timeout,
             "execution_count": True,
         }
-        await _checkpoint.run_silently(
+        await run_silently(
             backend,
-            _checkpoint.kernel_call("load", f"{kernel_dir}/{staging}", kernel_manifest, options),
+            kernel_call("load", f"{kernel_dir}/{staging}", kernel_manifest, options),
             timeout=timeout,
             what="the restore",
         )
         folder = _workdir.open_folder(work_dir, [staging])
         try:
-            report = _checkpoint.read_json(folder, "report.json", "the kernel's restore report")
+            report = read_json(folder, "report.json", "the kernel's restore report")
         finally:
             os.close(folder)
     finally:

@@ -36,7 +36,7 @@ _PYTHON_PIP = re.compile(r"^(\s*[!%]\s*pip3?\s+install)(?=\s)", re.MULTILINE)
 _SHELL_PIP = re.compile(r"^(\s*(?:python3?\s+-m\s+)?pip3?\s+install)(?=\s)", re.MULTILINE)
 # IPython's "!command" at a line's start in a shell block; "! command" (bash's negation) stays.
 _SHELL_BANG = re.compile(r"^(\s*)!(?=[A-Za-z_./])", re.MULTILINE)
-# How a saved file is named in ExecutionResult.text (see _render.py).
+# How a saved file is named in ExecutionResult.text (see _execution/_render.py).
 _SAVED_LINE = re.compile(
     r"^\[(?P<mimetype>[\w.+-]+/[\w.+-]+) saved to (?P<path>[^\]\n]+)\](?P<end>\n|\Z)", re.M
 )
