@@ -8,7 +8,7 @@ from typing import Any
 
 from ._ansi import strip_ansi
 from ._artifacts import Saved
-from ._reducer import cut_records
+from ._messages import cut_records
 
 __all__ = ["cap_text", "collapse_carriage_returns", "render_outputs", "render_parts"]
 

@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 from .._backends import DROPPED, KernelBackend
 from ._live import LiveOutput, OutputListener
-from ._reducer import ExecutionReducer, live_output
+from ._messages import live_output
+from ._reducer import ExecutionReducer
 
 __all__ = ["Outcome", "run_code"]
 
