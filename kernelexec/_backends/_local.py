@@ -23,11 +23,10 @@ from jupyter_client.session import Session
 
 from .._containment._secrecy import protect_process
 from .._exceptions import KernelStartError
-from .._execution._models import Limits
 from .._kernel import NO_IPYKERNEL
 from .._kernel.guard import end_tree
 from ._base import KernelMessage
-from ._caps import read_tail
+from ._caps import MAX_MESSAGE_BYTES, read_tail
 from ._kernel_fork import PidfdProcess, ProcessFork
 from ._local_fork import fork_kernel
 from ._local_process import BootSpecs, ask_forked_to_stop, ask_to_stop, context, describe_exit
@@ -92,7 +91,7 @@ class LocalBackend:
         startup_timeout: float = 60.0,
         preload: str | None = None,
         zygote: bool | None = None,
-        max_message_bytes: int = Limits.max_message_bytes,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.kernel_name = kernel_name
         self.python = python

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
+from .._backends._caps import MAX_MESSAGE_BYTES
 from ._data import Data, read_data
 
 __all__ = ["ExecutionError", "ExecutionResult", "Limits", "Status", "Usage"]
@@ -186,7 +187,7 @@ class Limits:
     max_output_bytes: int = 1_000_000
     max_image_bytes: int = 10_000_000
     max_result_bytes: int = 20_000_000
-    max_message_bytes: int = 64_000_000
+    max_message_bytes: int = MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         for f in fields(self):
