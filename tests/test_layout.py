@@ -149,6 +149,36 @@ def test_kernelexec_has_no_import_cycles() -> None:
     )
 
 
+def rooms(graph: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """The graph between the package's rooms: its subpackages and top-level modules."""
+
+    def room(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    between: dict[str, dict[str, int]] = {room(m): {} for m in graph}
+    for module, targets in graph.items():
+        for target in targets:
+            if room(target) != room(module):
+                between[room(module)].setdefault(room(target), 0)
+                between[room(module)][room(target)] += 1
+    return between
+
+
+def test_the_rooms_are_layered() -> None:
+    # One room may use another, or be used by it, not both: _execution uses
+    # _backends (a run drives a backend), so a backend takes nothing from
+    # _execution (the message cap's default is _backends/_caps.py's).
+    graph = rooms(import_graph())
+    found = cycles(graph)
+    assert not found, "rooms that import each other:\n" + "\n".join(
+        f"  {room} -> {other} ({graph[room][other]} imports)"
+        for component in found
+        for room in component
+        for other in sorted(graph[room])
+        if other in component
+    )
+
+
 def test_the_cycle_check_sees_function_level_imports(tmp_path: Path) -> None:
     package = tmp_path / "kernelexec"
     package.mkdir()
