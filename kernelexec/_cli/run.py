@@ -136,7 +136,7 @@ def _read_blocks(file: str, lang: str | None, *, strict: bool) -> tuple[list[Cod
 
 
 def _notebook_blocks(text: str, source: str) -> list[CodeBlock]:
-    # Imported here: nbformat's import is slow (see _replay.read_code_cells).
+    # Imported here: nbformat's import is slow (see _session/_replay.py, read_code_cells).
     import nbformat
 
     try:

@@ -34,7 +34,7 @@ class KernelConfig:
     Of ``limits`` only the byte caps reach the kernel (``Limits.kernel_env``);
     the rest apply in this process, so they may differ. ``packages``,
     ``python_version`` and ``venv`` ask for an environment made for the
-    kernel (``_venv``); ``packages`` None asks for none.
+    kernel (``_venvs/_venv.py``); ``packages`` None asks for none.
     """
 
     kernel_name: str = "python3"

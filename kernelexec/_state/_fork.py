@@ -9,7 +9,7 @@ checkpointed and restored into a new kernel of the same kind instead, and the
 report says why. Either way the new session gets its own work dir holding a
 copy of the parent's files (``copy_files``), and a transcript that begins with
 a note naming the parent, then the parent's cells. ``AsyncSession.fork``
-(``_session/_fork_restore.py``) takes those steps.
+(``_session/_state.py``) takes those steps.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Loading a checkpoint into a kernel, and its files into a work dir.
 
 ``AsyncSession.restore`` and ``restart(keep_state=True)``
-(``_session/_fork_restore.py``) take these steps: the files go into the new
+(``_session/_state.py``) take these steps: the files go into the new
 work dir, the variable files into a staging folder there, and the kernel loads
 them, first refusing a checkpoint made by another Python (major.minor) or with
 other versions of the packages whose objects it holds.
