@@ -1,4 +1,4 @@
-"""The layout shows the architecture: no import cycles.
+"""The layout shows the architecture: no import cycles, and the maps of it stay true.
 
 Every module of kernelexec is parsed (not imported) and its imports read:
 module-level and function-level ones alike, since a function-level import
@@ -9,7 +9,11 @@ that closes a cycle is a cycle deferred, not removed. Only the imports under
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parent.parent
 PACKAGE = ROOT / "kernelexec"
@@ -195,3 +199,70 @@ def test_the_cycle_check_sees_function_level_imports(tmp_path: Path) -> None:
     assert describe(["kernelexec._a", "kernelexec._b"], graph) == (
         "  kernelexec._a:1 -> kernelexec._b:7 -> kernelexec._a"
     )
+
+
+# -- kernel-side code: the standard library and ipykernel only
+
+# What ipykernel brings with it; the kernel's Python may have nothing else. And
+# cloudpickle, which only a checkpoint needs: imported where it is used, and a
+# kernel without it is told how to install it.
+_KERNEL_MAY_IMPORT = {"ipykernel", "IPython", "zmq", "cloudpickle"}
+
+
+def test_kernel_side_code_imports_only_the_standard_library_and_ipykernel() -> None:
+    # kernelexec/_kernel/ runs under whatever Python hosts the kernel, which
+    # may lack kernelexec: boot.py loads its siblings by path, and
+    # checkpoint.py is sent to the kernel as source.
+    wrong = []
+    for path in sorted((PACKAGE / "_kernel").glob("*.py")):
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                wrong.append(f"{path.name}:{node.lineno}: a relative import")
+                continue
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            for name in names:
+                top = name.partition(".")[0]
+                if top not in sys.stdlib_module_names and top not in _KERNEL_MAY_IMPORT:
+                    wrong.append(f"{path.name}:{node.lineno}: imports {name}")
+    assert not wrong, wrong
+
+
+# -- the maps: every path CONTRIBUTING.md and docs/design.md name exists
+
+# A path from the repository's root, anywhere in the text; one going on with ``<`` or ``*``
+# is a pattern (``tests/test_<module>.py``, ``tests/_*.py``), not a path.
+_ROOTED = re.compile(r"\b(?:kernelexec|tests|bench|docs)/[\w/.-]*\w(?![\w<*])")
+# A module or folder of the package in backticks, named from kernelexec/: `_backends/_local.py`.
+_IN_PACKAGE = re.compile(r"`(_[\w/]*?(?:\.py|/))`")
+
+
+def named_paths(text: str) -> list[str]:
+    """The paths a document names, each from the repository's root."""
+    rooted = set(_ROOTED.findall(text))
+    in_package = {f"kernelexec/{path}" for path in _IN_PACKAGE.findall(text)}
+    return sorted(rooted | in_package)
+
+
+def test_named_paths_are_read_from_the_root_or_the_package() -> None:
+    text = (
+        "`_backends/_local.py`, `_kernel/`, `AsyncSession`, kernelexec/_cli/run.py, "
+        "`tests/test_<module>.py`, `tests/_*.py`, tests/conftest.py"
+    )
+    assert named_paths(text) == [
+        "kernelexec/_backends/_local.py",
+        "kernelexec/_cli/run.py",
+        "kernelexec/_kernel/",
+        "tests/conftest.py",
+    ]
+
+
+@pytest.mark.parametrize("document", ["CONTRIBUTING.md", "docs/design.md"])
+def test_every_path_a_map_names_exists(document: str) -> None:
+    named = named_paths((ROOT / document).read_text(encoding="utf-8"))
+    assert len(named) > 10, f"{document} names only {named}"
+    missing = [path for path in named if not (ROOT / path).exists()]
+    assert not missing, f"{document} names paths that do not exist: {missing}"
