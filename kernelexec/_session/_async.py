@@ -23,7 +23,7 @@ from . import _execute
 from ._lifecycle import (
     STATE_LOST,
     await_pending_restart,
-    close,
+    close_session,
     ensure_kernel,
     local_backend,
     prepare_work_dir,
@@ -590,7 +590,7 @@ class AsyncSession:
     @_telemetry.session_span("kernelexec.session.close")
     async def close(self) -> None:
         """Shuts the kernel (and its children) down; files and transcript stay."""
-        await close(self)
+        await close_session(self)
 
     # -- internals
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STATE_LOST",
     "await_pending_restart",
-    "close",
+    "close_session",
     "ensure_kernel",
     "local_backend",
     "prepare_work_dir",
@@ -43,7 +43,7 @@ STATE_LOST = "all earlier state (variables, imports) is gone"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # kernelexec/
 
 
-async def close(session: AsyncSession) -> None:
+async def close_session(session: AsyncSession) -> None:
     """The body of ``AsyncSession.close``: the kernel (and its children) shut down."""
     if session._closed:
         return
