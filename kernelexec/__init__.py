@@ -6,11 +6,11 @@ with kernelexec.Session() as session:
 """
 
 # First, before the slow imports: it stars out a --token given on the command
-# line in /proc/<pid>/cmdline, which everyone can read (see _secrecy).
-from . import _secrecy  # noqa: F401  (isort: keep first)
+# line in /proc/<pid>/cmdline, which everyone can read (see _containment/_secrecy.py).
+from ._containment import _secrecy  # noqa: F401
+
+# isort: split
 from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend
-from ._background import Execution, ExecutionEvent
-from ._checkpoint import Checkpoint, CheckpointVariable, RestoreReport, SkippedVariable
 from ._client import (
     AsyncClient,
     AsyncRemoteExecution,
@@ -19,7 +19,6 @@ from ._client import (
     RemoteExecution,
     RemoteSession,
 )
-from ._data import ChartData, TableData
 from ._exceptions import (
     AuthenticationError,
     CheckpointError,
@@ -36,18 +35,20 @@ from ._exceptions import (
     SessionCulledError,
     SessionNotFoundError,
 )
-from ._fork import ForkReport
-from ._live import LiveOutput
-from ._markdown import BlockResult
-from ._models import ExecutionError, ExecutionResult, Limits, Status, Usage
-from ._pool import KernelPool
+from ._execution._background import Execution, ExecutionEvent
+from ._execution._data import ChartData, TableData
+from ._execution._live import LiveOutput
+from ._execution._models import ExecutionError, ExecutionResult, Limits, Status, Usage
+from ._markdown._blocks import BlockResult
 from ._remote_models import CheckpointInfo, FileInfo, SessionInfo
-from ._replay import CellReplay, ReplayReport
-from ._session import AsyncSession
-from ._sync import Session, SyncExecution
-from ._variables import Variable, VariableDetail
-
-__version__ = "0.1.0"
+from ._session._async import AsyncSession
+from ._session._pool import KernelPool
+from ._session._replay import CellReplay, ReplayReport
+from ._session._sync import Session, SyncExecution
+from ._state._fork import ForkReport
+from ._state._manifest import Checkpoint, CheckpointVariable, RestoreReport, SkippedVariable
+from ._state._variables import Variable, VariableDetail
+from ._version import __version__
 
 __all__ = [
     "AsyncClient",

@@ -51,7 +51,7 @@ def kernel_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def installer_env() -> dict[str, str]:
-    """The environment pip and uv run in, building a kernel's venv (see ``_installer``).
+    """The environment pip and uv run in, building a kernel's venv (see ``_venvs/_installer.py``).
 
     This process's, without secrets but the installers' own variables
     (``PIP_*``, ``UV_*``), and with no configuration file they would find

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from ._checkpoint import CheckpointVariable, SkippedVariable
+from ._state._manifest import CheckpointVariable, SkippedVariable
 
 __all__ = ["CheckpointInfo", "FileInfo", "SessionInfo", "SessionState"]
 

@@ -69,6 +69,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ._environment import trace_content
+from ._version import __version__
 
 try:
     from opentelemetry import propagate, trace
@@ -78,8 +79,8 @@ except ImportError:  # the otel extra is not installed: every hook below does no
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from ._models import ExecutionResult
-    from ._session import AsyncSession
+    from ._execution._models import ExecutionResult
+    from ._session._async import AsyncSession
 
 __all__ = [
     "OTHER_ERROR",
@@ -154,8 +155,6 @@ class Traced:
 
 
 def _tracer() -> Any:
-    from . import __version__
-
     # A ProxyTracer until the application sets a provider, then the provider's.
     return trace.get_tracer("kernelexec", __version__)
 
@@ -285,7 +284,7 @@ def _backend_name(backend: object) -> str:
 
 
 def execution(method: F) -> F:
-    """Decorates ``AsyncSession._execute(code, language, ...)`` to run in ``kernelexec.execute``."""
+    """Decorates a session's ``_execute(session, code, language, ...)`` to run in its span."""
 
     @functools.wraps(method)
     async def run(

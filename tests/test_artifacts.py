@@ -3,7 +3,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from kernelexec._artifacts import save_rich_outputs
+from kernelexec._execution._artifacts import save_rich_outputs
 
 
 def test_each_mimetype_gets_its_extension_and_bad_payloads_are_reported(tmp_path: Path) -> None:

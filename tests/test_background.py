@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kernelexec import AsyncSession, Execution, ExecutionEvent, QueueFullError, SessionBusyError
-from kernelexec._background import MAX_QUEUED, MAX_QUEUED_CODE, _Log
+from kernelexec._execution._background import MAX_QUEUED, MAX_QUEUED_CODE, _Log
 
 COUNT = "import time\nfor i in range(1, 6):\n    print(i, flush=True)\n    time.sleep(0.3)\n'end'"
 SLEEP = "import time\ntime.sleep(60)"

@@ -55,7 +55,7 @@ soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 20000), hard))
 from jupyter_client.session import Session
 from kernelexec import AsyncSession
-from kernelexec._backends._local import _context
+from kernelexec._backends._local_process import context
 from kernelexec._backends._zmq import KernelSockets
 
 async def main():
@@ -67,7 +67,7 @@ async def main():
         # its own client of the kernel, with its own identity, as another kernel's would be).
         key = info["key"].encode()
         held = [
-            KernelSockets(info, Session(key=key), _context(), max_message_bytes=64_000_000)
+            KernelSockets(info, Session(key=key), context(), max_message_bytes=64_000_000)
             for _ in range(400)
         ]
         print((await session.execute("print('still answers')")).stdout.strip())

@@ -13,7 +13,7 @@ from _mcpclient import stdio_mcp
 from _serverproc import ServerProcess
 
 from kernelexec import AsyncSession, ChartData, Client, ExecutionResult, TableData
-from kernelexec._data import CHART_MIMETYPE, TABLE_MIMETYPE, collect, read_data
+from kernelexec._execution._data import CHART_MIMETYPE, TABLE_MIMETYPE, collect, read_data
 
 MIXED = """\
 import pandas as pd, numpy as np

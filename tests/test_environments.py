@@ -185,7 +185,7 @@ def test_an_interrupted_build_is_not_reused(
         [
             sys.executable,
             "-c",
-            "from kernelexec._venv import EnvRequest, make_env\n"
+            "from kernelexec._venvs._venv import EnvRequest, make_env\n"
             f"make_env(EnvRequest.of(packages=['rich'], python=None, python_version=None, "
             f"venv={str(env)!r}))",
         ],

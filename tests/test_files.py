@@ -15,7 +15,7 @@ import pytest
 from kernelexec import _workdir
 from kernelexec._server._errors import ApiError
 from kernelexec._server._files import list_files, write_file
-from kernelexec._transcript import Transcript, code_cell
+from kernelexec._session._transcript import Transcript, code_cell
 
 
 @pytest.fixture

@@ -139,8 +139,8 @@ async def test_unknown_methods_and_process_forks_of_other_kernels_are_refused(
 async def test_a_fork_cancelled_once_its_kernel_runs_leaves_no_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernelexec import _fork
     from kernelexec._kernel.guard import descendants
+    from kernelexec._session import _state
 
     def cancelled(*_: object) -> None:
         # A cancellation that lands after the new kernel started (the server's
@@ -150,7 +150,7 @@ async def test_a_fork_cancelled_once_its_kernel_runs_leaves_no_kernel(
     async with AsyncSession(tmp_path / "parent") as parent:
         await parent.execute("x = 1")
         before = set(descendants(os.getpid()))
-        monkeypatch.setattr(_fork, "_begin_transcript", cancelled)
+        monkeypatch.setattr(_state, "_begin_transcript", cancelled)
         with pytest.raises(asyncio.CancelledError):
             await parent.fork(tmp_path / "child")
         deadline = time.monotonic() + SOON

@@ -27,8 +27,8 @@ from _wheelhouse import FAILING, WHY, building, offline_env, source_archive, whe
 from test_mcp_remote import call, remote_mcp
 
 from kernelexec import AsyncSession, ConfigurationError, EnvironmentBuildError
-from kernelexec._installer import failure_reason
-from kernelexec._venv import EnvRequest, check_packages, make_env
+from kernelexec._venvs._installer import failure_reason
+from kernelexec._venvs._venv import EnvRequest, check_packages, make_env
 
 SPECS = [
     "x-1.0.zip",

@@ -449,7 +449,7 @@ def _wait_for_gateway(proc: subprocess.Popen[str], url: str, token: str) -> None
 
 
 def test_credential_like_options_are_starred_out_in_place() -> None:
-    from kernelexec._secrecy import hidden_arguments  # here: the old code has none
+    from kernelexec._containment._secrecy import hidden_arguments  # here: the old code has none
 
     raw = b"python\0-m\0kernelexec\0serve\0--token\0abc123\0--api-key=k3y\0--port\0 80\0"
     hidden = hidden_arguments(raw)

@@ -9,8 +9,8 @@ import nbformat
 import pytest
 
 from kernelexec import AsyncSession, BlockResult, ExecutionResult, Session
-from kernelexec._languages import normalize_language
-from kernelexec._markdown import CodeBlock, extract_code_blocks, run_blocks, summarize
+from kernelexec._execution._languages import normalize_language
+from kernelexec._markdown._blocks import CodeBlock, extract_code_blocks, run_blocks, summarize
 
 # As an assistant writes them: prose, a numbered list with indented blocks,
 # expected output, a payload, a terminal session, a shell block.

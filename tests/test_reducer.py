@@ -7,7 +7,8 @@ import io
 from typing import Any
 
 from kernelexec import Limits
-from kernelexec._reducer import ExecutionReducer, cut_records, live_output
+from kernelexec._execution._messages import cut_records, live_output
+from kernelexec._execution._reducer import ExecutionReducer
 
 Messages = dict[str, list[dict[str, Any]]]
 
@@ -143,7 +144,7 @@ def test_rich_outputs_past_the_limit_are_dropped_and_counted() -> None:
 def test_outputs_are_built_as_nbformat_builds_them(recorded: Messages) -> None:
     from nbformat.v4 import output_from_msg
 
-    from kernelexec._reducer import notebook_output
+    from kernelexec._execution._messages import notebook_output
 
     kinds = ("stream", "display_data", "execute_result", "error")
     checked = 0

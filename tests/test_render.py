@@ -3,8 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 from kernelexec import Limits
-from kernelexec._reducer import ExecutionReducer
-from kernelexec._render import cap_text, collapse_carriage_returns, render_outputs
+from kernelexec._execution._reducer import ExecutionReducer
+from kernelexec._execution._render import cap_text, collapse_carriage_returns, render_outputs
 
 Messages = dict[str, list[dict[str, Any]]]
 

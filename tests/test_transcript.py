@@ -163,7 +163,7 @@ async def test_a_giant_transcript_planted_by_the_kernel_is_never_read_into_memor
 ) -> None:
     from conftest import rss_mb
 
-    from kernelexec._transcript import MAX_TRANSCRIPT_BYTES
+    from kernelexec._session._transcript import MAX_TRANSCRIPT_BYTES
 
     async with AsyncSession(tmp_path / "work") as s:
         await s.execute("print('one')")

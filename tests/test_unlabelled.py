@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernelexec._markdown import extract_code_blocks
-from kernelexec._unlabelled import read_unlabelled
+from kernelexec._markdown._blocks import extract_code_blocks
+from kernelexec._markdown._unlabelled import read_unlabelled
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from _serverproc import ServerProcess
 from conftest import warm_zygote
 
 from kernelexec import AsyncSession, Client, ExecutionResult, Usage
-from kernelexec._reducer import usage_from
+from kernelexec._execution._messages import usage_from
 
 MB = 1_000_000
 ALLOCATE = (

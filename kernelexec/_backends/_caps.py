@@ -31,10 +31,15 @@ from typing import IO, Any
 
 from ._base import KernelMessage
 
-__all__ = ["DROPPED", "dropped_notice", "read_at_most", "read_tail"]
+__all__ = ["DROPPED", "MAX_MESSAGE_BYTES", "dropped_notice", "read_at_most", "read_tail"]
 
 DROPPED = "dropped"
 """The channel of a notice that a message from the kernel was dropped unread."""
+
+MAX_MESSAGE_BYTES = 64_000_000
+"""The default cap on one message (``Limits.max_message_bytes``): three times the default
+``max_result_bytes`` and four times ``max_code_chars`` (the kernel echoes the code), the
+biggest an honest kernel's messages get, with room for JSON's escapes."""
 
 
 def dropped_notice(

@@ -35,11 +35,12 @@ from jupyter_client.session import Session
 from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
 from .._kernel import BOOT_DIR
-from .._venv import check_packages
+from .._venvs._venv import check_packages
 from ._caps import read_tail
 from ._docker_engine import docker, engine_problem
 from ._image import build_image, image_tag, last_built_tag
-from ._local import LocalBackend, _describe_exit
+from ._local import LocalBackend
+from ._local_process import describe_exit
 
 __all__ = ["DockerBackend", "cleanup_containers", "owner_label"]
 
@@ -339,7 +340,7 @@ class DockerBackend(LocalBackend):
             limit = f" (memory={self.memory})" if self.memory else ""
             return f"out of memory: the container hit its memory limit{limit}"
         code = int(state.get("ExitCode") or 0)
-        return (_describe_exit(-(code - 128)) if code > 128 else _describe_exit(code)) or "?"
+        return (describe_exit(-(code - 128)) if code > 128 else describe_exit(code)) or "?"
 
     def _start_failure(self) -> str:
         logs = ""

@@ -21,12 +21,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .._containment._secrecy import protect_process
 from .._environment import remote_env
 from .._exceptions import KernelStartError
-from .._models import Limits
-from .._secrecy import protect_process
 from . import _wire
 from ._base import KernelMessage
+from ._caps import MAX_MESSAGE_BYTES
 from ._channels import KernelChannels, OpenFailed
 from ._ready import await_kernel_info
 from ._rest import GatewayREST
@@ -77,7 +77,7 @@ class GatewayBackend:
         request_timeout: float = 30.0,
         ping_interval: float = 20.0,
         reconnect_for: float = 15.0,
-        max_message_bytes: int = Limits.max_message_bytes,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         # What fresh() makes another of; taken first, before any local is added.
         self._given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._exceptions import ConfigurationError, EnvironmentBuildError, KernelexecError
-from .._installer import output_tail
-from .._venv import check_packages
+from .._venvs._installer import output_tail
+from .._venvs._venv import check_packages
 from ._docker_engine import docker, engine_problem
 
 __all__ = ["DEFAULT_BASE_IMAGE", "DOCKERFILE", "build_image", "image_tag", "last_built_tag"]

@@ -12,43 +12,35 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-import zmq.asyncio
 from jupyter_client.connect import write_connection_file
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
+from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
 
+from .._containment._secrecy import protect_process
 from .._exceptions import KernelStartError
-from .._kernel import BOOT_SCRIPT, NO_IPYKERNEL
-from .._kernel.fork import REPLY as FORK_REPLY
-from .._kernel.fork import REQUEST as FORK_REQUEST
-from .._kernel.guard import end_tree, release
-from .._models import Limits
-from .._secrecy import protect_process
+from .._kernel import NO_IPYKERNEL
+from .._kernel.guard import end_tree
 from ._base import KernelMessage
-from ._caps import read_tail
-from ._fork_witness import ForkWitness
-from ._kernel_fork import ForkHazard, KernelFork, PidfdProcess, ProcessFork
+from ._caps import MAX_MESSAGE_BYTES, read_tail
+from ._kernel_fork import PidfdProcess, ProcessFork
+from ._local_fork import fork_kernel
+from ._local_process import BootSpecs, ask_forked_to_stop, ask_to_stop, context, describe_exit
 from ._ready import await_kernel_info
 from ._zmq import KernelSockets, ask_control
 from ._zygote import Zygote, ZygoteGone, zygote_for
 
 __all__ = ["LocalBackend"]
 
-_CONTEXT: zmq.asyncio.Context | None = None
 _LIVE: set[LocalBackend] = set()  # killed at interpreter exit if still running
 _PORT_TAKEN = "Address already in use"
 _PORT_ATTEMPTS = 3
-_SHUTDOWN_WAIT = 1.0  # seconds a kernel gets to stop when asked, before it is killed
 _MOVE_FAILED = 86  # the exit status of a kernel that could not enter its work dir
 _STDERR_TAIL = 2000  # bytes of a kernel's stderr a start-up failure quotes
-# Sockets that only send (a shutdown request): whatever comes back is never
-# read, so libzmq may hold no more than this of it.
-_QUIET_CAP = 64 * 1024
 _MOVE = """\
 import os as _k
 try:
@@ -66,39 +58,6 @@ try:
 except Exception:
     pass
 """
-
-
-def _context() -> zmq.asyncio.Context:
-    # One zmq context (one I/O thread) for every kernel, not one each.
-    global _CONTEXT
-    if _CONTEXT is None:
-        _CONTEXT = zmq.asyncio.Context()
-        # libzmq's default, 1,023 sockets, is about 340 kernels (three sockets
-        # each): a server holding more failed with "Too many open files".
-        # Set before the first socket; the open-files limit still applies.
-        _CONTEXT.set(zmq.MAX_SOCKETS, _CONTEXT.get(zmq.SOCKET_LIMIT))
-        # For the sockets jupyter_client makes in it (a shutdown request's
-        # control socket): ours set the session's cap themselves.
-        _CONTEXT.setsockopt(zmq.MAXMSGSIZE, _QUIET_CAP)
-    return _CONTEXT
-
-
-class _BootSpecs(KernelSpecManager):
-    """Serves a spec that launches ipykernel through kernelexec's boot script."""
-
-    def __init__(self, python: str) -> None:
-        super().__init__()
-        self._argv = [python, str(BOOT_SCRIPT), "-f", "{connection_file}"]
-
-    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        return KernelSpec(
-            argv=self._argv,
-            display_name="Python 3 (kernelexec)",
-            language="python",
-            interrupt_mode="signal",
-            env={},
-            metadata={},
-        )
 
 
 class LocalBackend:
@@ -132,7 +91,7 @@ class LocalBackend:
         startup_timeout: float = 60.0,
         preload: str | None = None,
         zygote: bool | None = None,
-        max_message_bytes: int = Limits.max_message_bytes,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.kernel_name = kernel_name
         self.python = python
@@ -286,7 +245,7 @@ class LocalBackend:
         self._km, self._channels = None, None
         if isinstance(self._process, PidfdProcess):
             if not now and channels is not None:
-                await self._ask_forked_to_stop(channels)
+                await ask_forked_to_stop(self._process, self._info, channels.session)
             if channels is not None:
                 channels.close()
             await asyncio.to_thread(self._end_tree)
@@ -294,7 +253,7 @@ class LocalBackend:
             channels.close()
         if km is not None:
             if not now:
-                await self._ask_to_stop(km)
+                await ask_to_stop(km)
             # What is left, setsid'd descendants included, before the kill
             # below takes the supervisor (the subreaper holding them) with it.
             try:
@@ -325,7 +284,7 @@ class LocalBackend:
     def exit_reason(self) -> str | None:
         if self._returncode == _MOVE_FAILED:
             return f"it could not enter its work dir {self._cwd}"
-        return _describe_exit(self._returncode)
+        return describe_exit(self._returncode)
 
     def connection_info(self) -> dict[str, Any] | None:
         """What another client (JupyterLab, jupyter console) needs to reach this kernel."""
@@ -398,108 +357,7 @@ class LocalBackend:
             KernelStartError: no running kernel of kernelexec's to fork, the
                 fork failed, or the new kernel did not answer.
         """
-        channels, supervisor = self._channels, self._process
-        if channels is None or supervisor is None or not self.can_fork():
-            raise KernelStartError("only a running kernel started by kernelexec can be forked")
-        child = self.fresh()
-        child._cwd, child._env = cwd, env
-        path = child._new_connection()
-        assert child._ipc_dir is not None
-        status, stderr = child._ipc_dir / "status", child._ipc_dir / "stderr"
-        stderr.touch(mode=0o600)
-        child._stderr = stderr.open("rb")
-        witness = ForkWitness(child._ipc_dir / "hello", supervisor.pid)
-        request = {
-            "connection_file": path,
-            "cwd": str(cwd),
-            "hello": str(witness.path),
-            "status_file": str(status),
-            "stderr_file": str(stderr),
-            "force": force,
-        }
-
-        def adopt(pid: int, pidfd: int) -> None:
-            # At once, so that any failure from here on ends it with child.shutdown.
-            child._adopt(KernelFork(pid, status, pidfd))
-
-        try:
-            hazards = await self._ask_to_fork(channels, request, witness, adopt)
-            if child._process is None:  # declined
-                await child.shutdown(now=True)
-                return ProcessFork(None, hazards)
-            pid = child._process.pid
-            # The fork outlives this kernel: its supervisor and this process's
-            # own clean-up (_end_tree) must both leave it alone.
-            self._released.add(pid)
-            release(supervisor.pid, pid)
-            await child._wait_ready()
-        except BaseException:
-            await child.shutdown(now=True)
-            raise
-        finally:
-            witness.close()
-        return ProcessFork(child, hazards)
-
-    async def _ask_to_fork(
-        self,
-        channels: KernelSockets,
-        request: dict[str, Any],
-        witness: ForkWitness,
-        adopt: Callable[[int, int], None],
-    ) -> tuple[ForkHazard, ...]:
-        """Asks for a fork; ``adopt``s it once it has connected to ``witness``; its hazards.
-
-        Returns without adopting anything if the kernel declined. Other
-        messages stay queued. A reply that says "ok" is believed only once
-        the fork has connected.
-        """
-        msg_id = channels.send("shell", FORK_REQUEST, request)
-        others: list[KernelMessage] = []
-        forked = asyncio.ensure_future(witness.fork())
-        hazards: tuple[ForkHazard, ...] | None = None
-        deadline = time.monotonic() + self.startup_timeout
-        try:
-            while True:
-                if forked.done() and hazards is not None:
-                    adopt(*forked.result())
-                    return hazards
-                if time.monotonic() >= deadline:
-                    raise KernelStartError(
-                        f"the kernel's fork did not come within {self.startup_timeout:g} s"
-                    )
-                item = await channels.receive(0.05 if forked.done() else 0.2)
-                if item is None:
-                    if not await self.is_alive():
-                        raise KernelStartError(f"the kernel died ({self.exit_reason()})")
-                    if hazards is not None and not forked.done() and not witness.anything_new():
-                        raise KernelStartError(
-                            "the kernel said it forked, but no new process is below it "
-                            "(its fork handler was replaced?); nothing was forked"
-                        )
-                    continue
-                channel, msg = item
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    others.append(item)
-                elif channel == "shell" and msg["header"]["msg_type"] == FORK_REPLY:
-                    content = msg["content"]
-                    found = ForkHazard.listed(content.get("hazards"))
-                    if content.get("status") == "declined":
-                        return found
-                    if content.get("status") != "ok":
-                        why = str(content.get("why", "no reason given"))[:500]
-                        raise KernelStartError(f"the kernel could not fork: {why}")
-                    hazards = found
-        finally:
-            channels.put_back(others)
-            if not forked.done():
-                forked.cancel()
-            elif not forked.cancelled() and forked.exception() is None:
-                pid, pidfd = forked.result()
-                if hazards is None:  # it came, but was not adopted: end it with its tree
-                    end_tree(pid)
-                    with contextlib.suppress(OSError):
-                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                    os.close(pidfd)
+        return await fork_kernel(self, cwd=cwd, env=env, force=force)
 
     def can_fork(self) -> bool:
         """Whether ``fork()`` can work: kernelexec's own kernel, running, on Linux."""
@@ -528,7 +386,7 @@ class LocalBackend:
         return await ask_control(
             info,
             channels.session,
-            _context(),
+            context(),
             msg_type,
             content,
             reply,
@@ -536,59 +394,17 @@ class LocalBackend:
             max_message_bytes=self.max_message_bytes,
         )
 
-    async def _ask(
-        self, channels: KernelSockets, msg_type: str, content: dict[str, Any], reply: str
-    ) -> dict[str, Any]:
-        """Sends a request on the shell channel; its reply's content. Other messages stay queued."""
-        msg_id = channels.send("shell", msg_type, content)
-        others: list[KernelMessage] = []
-        deadline = time.monotonic() + self.startup_timeout
-        try:
-            while time.monotonic() < deadline:
-                item = await channels.receive(0.2)
-                if item is None:
-                    if not await self.is_alive():
-                        raise KernelStartError(f"the kernel died ({self.exit_reason()})")
-                    continue
-                channel, msg = item
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    others.append(item)
-                elif channel == "shell" and msg["header"]["msg_type"] == reply:
-                    return dict(msg["content"])
-        finally:
-            channels.put_back(others)
-        raise KernelStartError(f"the kernel did not answer within {self.startup_timeout:g} s")
-
-    async def _ask_forked_to_stop(self, channels: KernelSockets) -> None:
-        # What jupyter_client's request_shutdown does: a shutdown_request on control.
-        process, info = self._process, self._info
-        if process is None or info is None or process.poll() is not None:
-            return
-        sock: zmq.Socket[bytes] = zmq.Socket(_context(), zmq.DEALER)
-        try:
-            sock.linger = 0
-            sock.maxmsgsize = _QUIET_CAP
-            sock.connect(f"ipc://{info['ip']}-{info['control_port']}")
-            channels.session.send(sock, "shutdown_request", {"restart": False})
-            deadline = time.monotonic() + _SHUTDOWN_WAIT
-            while process.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-        except zmq.ZMQError:
-            pass
-        finally:
-            sock.close()
-
     def _sockets(self, info: Mapping[str, Any], session: Session) -> KernelSockets:
-        return KernelSockets(info, session, _context(), max_message_bytes=self.max_message_bytes)
+        return KernelSockets(info, session, context(), max_message_bytes=self.max_message_bytes)
 
     def _manager(self) -> AsyncKernelManager:
         if self.python is None and self.kernel_name != "python3":
-            return AsyncKernelManager(kernel_name=self.kernel_name, context=_context())
+            return AsyncKernelManager(kernel_name=self.kernel_name, context=context())
         python = self.python or sys.executable
         return AsyncKernelManager(
             kernel_name="kernelexec-python",
-            kernel_spec_manager=_BootSpecs(python),
-            context=_context(),
+            kernel_spec_manager=BootSpecs(python),
+            context=context(),
             **self._ipc_transport(),
         )
 
@@ -677,19 +493,6 @@ class LocalBackend:
             f"; it said:\n{stderr}" if stderr else ""
         )
 
-    @staticmethod
-    async def _ask_to_stop(km: AsyncKernelManager) -> None:
-        # A shutdown_request; a kernel booted by kernelexec then exits, and its
-        # supervisor ends the kernel's tree and exits too.
-        process = getattr(km.provisioner, "process", None)
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(OSError, RuntimeError, zmq.ZMQError):
-            await km.request_shutdown()
-        deadline = time.monotonic() + _SHUTDOWN_WAIT
-        while process.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-
     def _end_tree(self) -> None:
         process = self._process
         # Not reaped yet, so its pid cannot have been reused.
@@ -719,17 +522,6 @@ class LocalBackend:
         if self._ipc_dir is not None:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
             self._ipc_dir = None
-
-
-def _describe_exit(code: int | None) -> str | None:
-    if code is None:
-        return None
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit status {code}"
 
 
 @atexit.register

@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
+from .._containment._secrecy import drop_capabilities, protect_process
 from .._exceptions import KernelexecError
-from .._secrecy import drop_capabilities, protect_process
+from .._version import __version__
 from . import attach, cleanup, gateway, image, mcp, replay, run, serve
 from ._suggest import Parser
 
@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Run as the process's own command (``argv`` None), it first keeps its
     secrets from the kernels it will start: its ``--token`` hidden from
     /proc/<pid>/cmdline, the process non-dumpable, and the capabilities that
-    would read it anyway dropped for good (see ``_secrecy``). Called with
+    would read it anyway dropped for good (see ``_containment/_secrecy.py``). Called with
     ``argv`` from another program, that program's process is left as it is.
     """
     if argv is None:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from .._ansi import strip_ansi
-from .._live import LiveOutput
-from .._markdown import BlockResult, CodeBlock
+from .._execution._ansi import strip_ansi
+from .._execution._live import LiveOutput
+from .._markdown._blocks import BlockResult, CodeBlock
 
 __all__ = ["Ending", "JsonView", "TerminalView", "View"]
 

@@ -11,7 +11,7 @@ Stock Kernel Gateway, configured and lightly patched in this process:
   removed from this process's environment before the gateway starts, and
   kernels get the rest plus the client's allowed names; nor can they read
   them out of this process (non-dumpable, ``--token`` hidden from its command
-  line, no capability that reads past that: see ``_secrecy``);
+  line, no capability that reads past that: see ``_containment/_secrecy.py``);
 - a client's ``KERNEL_WORKING_DIR`` becomes the kernel's cwd when that
   directory exists (GatewayBackend sends its session's work dir on loopback);
 - the gateway notices a dead kernel within a second, not three;
@@ -32,10 +32,10 @@ import socket
 import sys
 from typing import Any
 
+from .._containment._secrecy import drop_capabilities, protect_process
 from .._environment import kernel_env, server_token
 from .._exceptions import ConfigurationError
 from .._extras import missing_extra
-from .._secrecy import drop_capabilities, protect_process
 from ._startup import DEFAULT_PORTS, resolve_token, url
 
 __all__ = ["ALLOWED_CLIENT_ENV", "add_command", "run_gateway"]
@@ -148,7 +148,7 @@ def run_gateway(
     token, generated = resolve_token(token, host)
     sock = listen(host, port)
     # The kernels are stock ipykernel: nothing of kernelexec's runs in them, so
-    # this process keeps its secrets itself (see _secrecy): non-dumpable, its
+    # this process keeps its secrets itself (see _containment/_secrecy.py): non-dumpable, its
     # --token starred out of /proc/<pid>/cmdline, and the capabilities that
     # would read it anyway dropped from the bounding set the kernels inherit.
     drop_capabilities()

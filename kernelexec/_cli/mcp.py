@@ -127,7 +127,7 @@ def _mcp(args: argparse.Namespace) -> int:
             token, generated = resolve_token(args.token, _HOST)
     if args.server:
         from .._client import AsyncClient
-        from .._mcp._doors import RemoteDoor
+        from .._mcp._remote_door import RemoteDoor
 
         config = McpConfig(
             work_root=Path("."),  # unused: the server keeps the work dirs

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._session import AsyncSession
+from .._session._async import AsyncSession
 
 __all__ = ["add_command"]
 

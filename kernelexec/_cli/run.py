@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import KernelexecError
-from .._languages import normalize_language
-from .._markdown import BlockResult, CodeBlock, extract_code_blocks, run_blocks, summarize
-from .._models import ExecutionResult
-from .._session import AsyncSession
+from .._execution._languages import normalize_language
+from .._execution._models import ExecutionResult
+from .._markdown._blocks import BlockResult, CodeBlock, extract_code_blocks, run_blocks, summarize
+from .._session._async import AsyncSession
 from ._view import Ending, JsonView, TerminalView, View
 
 __all__ = ["add_command"]
@@ -136,7 +136,7 @@ def _read_blocks(file: str, lang: str | None, *, strict: bool) -> tuple[list[Cod
 
 
 def _notebook_blocks(text: str, source: str) -> list[CodeBlock]:
-    # Imported here: nbformat's import is slow (see _replay.read_code_cells).
+    # Imported here: nbformat's import is slow (see _session/_replay.py, read_code_cells).
     import nbformat
 
     try:

@@ -13,12 +13,12 @@ from typing import Any, Literal, TypeVar, overload
 
 import httpx
 
-from .._checkpoint import RestoreReport
-from .._fork import ForkMethod, ForkReport
-from .._live import OutputListener
-from .._models import ExecutionResult, Limits
+from .._execution._live import OutputListener
+from .._execution._models import ExecutionResult, Limits
 from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
-from .._variables import Variable, VariableDetail
+from .._state._fork import ForkMethod, ForkReport
+from .._state._manifest import RestoreReport
+from .._state._variables import Variable, VariableDetail
 from ._base import (
     DEFAULT_URL,
     Call,

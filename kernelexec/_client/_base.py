@@ -14,7 +14,6 @@ from urllib.parse import quote
 
 import httpx
 
-from .._checkpoint import RestoreReport, SkippedVariable
 from .._environment import server_token
 from .._exceptions import (
     AuthenticationError,
@@ -22,10 +21,11 @@ from .._exceptions import (
     SessionCulledError,
     SessionNotFoundError,
 )
-from .._fork import ForkReport
-from .._models import ExecutionResult, Limits
+from .._execution._models import ExecutionResult, Limits
 from .._remote_models import CheckpointInfo, FileInfo, SessionInfo
-from .._variables import Variable, VariableDetail
+from .._state._fork import ForkReport
+from .._state._manifest import RestoreReport, SkippedVariable
+from .._state._variables import Variable, VariableDetail
 
 __all__ = [
     "DEFAULT_URL",

@@ -23,9 +23,9 @@ from urllib.parse import quote
 
 import httpx
 
-from .._background import ExecutionEvent, ExecutionState
 from .._exceptions import ServerError
-from .._models import ExecutionResult
+from .._execution._background import ExecutionEvent, ExecutionState
+from .._execution._models import ExecutionResult
 from ._base import Call
 from ._sse import EventReader, error_event
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .._background import ExecutionEvent
 from .._exceptions import ServerError
-from .._live import LiveOutput, OutputListener
-from .._models import ExecutionResult
+from .._execution._background import ExecutionEvent
+from .._execution._live import LiveOutput, OutputListener
+from .._execution._models import ExecutionResult
 
 __all__ = ["EventReader", "StreamReader", "error_event"]
 

@@ -16,7 +16,7 @@ which the user's code made (so the library is already imported).
 Both are capped (rows, columns, series, points, string lengths; a payload
 says ``truncated: true`` and keeps the real shape and counts) and hold strict
 JSON only (NaN and infinities as null, timestamps as ISO strings, numpy
-scalars as Python numbers). kernelexec's side (``kernelexec._data``) checks
+scalars as Python numbers). kernelexec's side (``kernelexec._execution._data``) checks
 and types them; the notebook keeps them in the output's bundle, where
 JupyterLab ignores an unknown mimetype.
 

@@ -18,8 +18,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
-from .._background import ExecutionEvent
-from .._models import ExecutionResult
+from .._execution._background import ExecutionEvent
+from .._execution._models import ExecutionResult
 from ._progress import with_progress
 from ._sessions import SessionError
 

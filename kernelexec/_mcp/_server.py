@@ -17,12 +17,13 @@ from mcp.shared.uri_template import UriTemplate
 from mcp.types import CallToolResult, ContentBlock, ImageContent, ResourceLink, TextContent
 
 from .._client._base import session_options
-from .._fork import ForkMethod
-from .._models import ExecutionResult
+from .._execution._models import ExecutionResult
+from .._state._fork import ForkMethod
 from ..integrations._blocks import one_per_output
-from ._doors import Door, LocalDoor
+from ._doors import Door
 from ._executions import register, started
 from ._files import FileRefused
+from ._local_door import LocalDoor
 from ._progress import with_progress
 from ._sessions import McpConfig, SessionError
 

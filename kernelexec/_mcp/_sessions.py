@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._background import ExecutionStore
 from .._exceptions import ConfigurationError, KernelStartError
+from .._execution._background import ExecutionStore
 from .._remote_models import SessionInfo
 from .._server._options import SessionOptions, SessionPolicy
-from .._session import AsyncSession
+from .._session._async import AsyncSession
 from .._times import iso
 from ._making import Making
 

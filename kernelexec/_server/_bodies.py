@@ -18,9 +18,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._background import Reservation
 from .._exceptions import QueueFullError
-from .._fork import FORK_METHODS, ForkMethod
+from .._execution._background import Reservation
+from .._state._fork import FORK_METHODS, ForkMethod
 from ._config import ServerConfig
 from ._errors import ApiError
 from ._options import OPTION_FIELDS, OptionError, SessionOptions, parse_options

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import _disk
-from .._checkpoint import Checkpoint
 from .._exceptions import CheckpointError
 from .._remote_models import CheckpointInfo
+from .._state import _disk
+from .._state._manifest import Checkpoint
 from .._workdir import Refused, list_tree, open_folder, own_folder, remove_tree
 
 __all__ = ["FOLDER", "CheckpointStore", "Held", "UnknownCheckpoint"]

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._background import ExecutionStore
-from .._checkpoint import RestoreReport
-from .._fork import ForkReport
+from .._execution._background import ExecutionStore
 from .._remote_models import SessionInfo, SessionState
-from .._session import AsyncSession
+from .._session._async import AsyncSession
+from .._state._fork import ForkReport
+from .._state._manifest import RestoreReport
 from .._times import iso
 from ._options import SessionOptions
 from ._records import Record, RecordState

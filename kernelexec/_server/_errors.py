@@ -10,8 +10,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import _disk
 from .._exceptions import DiskSpaceError
+from .._state import _disk
 
 __all__ = [
     "ApiError",

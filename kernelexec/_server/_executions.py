@@ -13,7 +13,7 @@ to its end (or its timeout), and is found again by id:
 - ``GET /sessions/{id}/executions/{eid}/events[?offset=n]``: its live outputs
   as server-sent events from event ``n`` (or after the ``Last-Event-ID``
   header's), each with an ``id:`` line, then the ``result`` (or ``error``)
-  event once it ends; see ``kernelexec._background`` for ``dropped``.
+  event once it ends; see ``kernelexec._execution._background`` for ``dropped``.
 - ``POST /sessions/{id}/executions/{eid}/cancel``: takes a queued one out of
   the queue or interrupts the running one; answers when it has ended.
   A finished one: 409 ``execution_finished``.
@@ -33,11 +33,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from .._background import Execution, ExecutionEvent, Reservation, start_execution
-from .._live import OutputListener
-from .._models import ExecutionResult
+from .._execution._background import Execution, ExecutionEvent, Reservation, start_execution
+from .._execution._live import OutputListener
+from .._execution._models import ExecutionResult
 from .._times import SCHEMA as WHEN
 from ._errors import ApiError, JSONResponse
+from ._openapi_parts import ref
 from ._registry import KEEP_FINISHED, Entry, Registry
 from ._results import result_json
 from ._sse import KEEPALIVE, frame
@@ -228,10 +229,6 @@ async def _events(execution: Execution, offset: int) -> AsyncIterator[bytes]:
         yield ending + frame("error", _error(execution.error)).encode("ascii")
 
 
-def _schema_ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
 def _answers(ok: tuple[str, str, dict[str, Any]], *errors: int) -> dict[str, Any]:
     """An operation's responses: the success and the errors (401 and 413 on every route)."""
     status, description, schema = ok
@@ -247,7 +244,7 @@ def _answers(ok: tuple[str, str, dict[str, Any]], *errors: int) -> dict[str, Any
         "Retry-After says when to try again",
         503: "The server is shutting down",
     }
-    error = {"content": {"application/json": {"schema": _schema_ref("Error")}}}
+    error = {"content": {"application/json": {"schema": ref("Error")}}}
     answers = {status: {"description": description, "content": schema}}
     for code in sorted({401, 413, *errors}):
         answers[str(code)] = {"description": said[code], **error}
@@ -293,14 +290,14 @@ def execution_schemas() -> dict[str, Any]:
                 "started": maybe,
                 "finished": maybe,
                 "events": {"type": "integer", "description": "events so far (the next's id)"},
-                "result": _schema_ref("ExecutionResult"),
-                "error": _schema_ref("Error"),
+                "result": ref("ExecutionResult"),
+                "error": ref("Error"),
             },
         },
         "Executions": {
             "type": "object",
             "required": ["executions"],
-            "properties": {"executions": {"type": "array", "items": _schema_ref("Execution")}},
+            "properties": {"executions": {"type": "array", "items": ref("Execution")}},
         },
     }
 
@@ -309,7 +306,7 @@ def execution_paths(
     session: list[dict[str, Any]], execute_body: dict[str, Any], max_wait: float
 ) -> dict[str, Any]:
     """The executions' routes for the OpenAPI schema (``max_wait``: the server's --max-timeout)."""
-    json_of = {"application/json": {"schema": _schema_ref("Execution")}}
+    json_of = {"application/json": {"schema": ref("Execution")}}
     execution = [
         *session,
         {
@@ -333,7 +330,7 @@ def execution_paths(
         "schema": {"type": "integer", "minimum": 0},
         "description": "the first event wanted (default 0); Last-Event-ID: n means n + 1",
     }
-    stream = {"text/event-stream": {"itemSchema": _schema_ref("Event")}}
+    stream = {"text/event-stream": {"itemSchema": ref("Event")}}
     return {
         "/sessions/{session_id}/executions": {
             "parameters": session,
@@ -343,7 +340,7 @@ def execution_paths(
                     (
                         "200",
                         "Oldest first",
-                        {"application/json": {"schema": _schema_ref("Executions")}},
+                        {"application/json": {"schema": ref("Executions")}},
                     ),
                     404,
                 ),

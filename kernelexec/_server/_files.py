@@ -20,9 +20,10 @@ from typing import BinaryIO, Literal
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .. import _disk, _workdir
+from .. import _workdir
 from .._exceptions import DiskSpaceError
 from .._remote_models import FileInfo
+from .._state import _disk
 from .._times import iso
 from ._errors import ApiError, disk_full
 

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._checkpoint import Checkpoint, RestoreReport
 from .._exceptions import (
     CheckpointError,
     ConfigurationError,
@@ -31,7 +30,8 @@ from .._exceptions import (
     KernelStartError,
     SessionClosedError,
 )
-from .._session import AsyncSession
+from .._session._async import AsyncSession
+from .._state._manifest import Checkpoint, RestoreReport
 from ._checkpoints import UnknownCheckpoint
 from ._entry import Entry, why_culled
 from ._errors import ApiError, closed_meanwhile, no_room

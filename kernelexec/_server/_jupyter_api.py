@@ -49,10 +49,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from .._backends._wire import json_frame, new_message
 from ._bodies import CreateRequest, parse_start_kernel
 from ._errors import ApiError, JSONResponse
+from ._openapi_parts import JSON, KERNEL_ID, errors, json_answer, op, ref
 from ._registry import Entry
 from ._routes import route
 
-__all__ = ["JUPYTER_ROUTES"]
+__all__ = ["JUPYTER_ROUTES", "jupyter_paths", "jupyter_schemas"]
 
 _CHANNELS = ("shell", "iopub", "stdin", "control")
 _REQUEST_CHANNELS = frozenset({"shell", "stdin", "control"})  # iopub only goes to clients
@@ -346,3 +347,128 @@ JUPYTER_ROUTES: list[BaseRoute] = [
     route(f"{_KERNEL}/restart", POST=restart_kernel),
     WebSocketRoute(f"{_KERNEL}/channels", channels),
 ]
+
+
+# -- the routes above, described for /openapi.json
+
+
+def jupyter_schemas(kernel_names: list[str]) -> dict[str, Any]:
+    """The Jupyter kernels API's bodies, for /openapi.json."""
+    text = {"type": "string"}
+    return {
+        "Kernel": {
+            "type": "object",
+            "required": ["id", "name", "last_activity", "execution_state", "connections"],
+            "properties": {
+                "id": KERNEL_ID["schema"],
+                "name": text,
+                "last_activity": text,
+                "execution_state": {"enum": ["starting", "idle", "busy", "dead"]},
+                "connections": {"type": "integer"},
+            },
+        },
+        "KernelList": {"type": "array", "items": ref("Kernel")},
+        "KernelSpecs": {
+            "type": "object",
+            "required": ["default", "kernelspecs"],
+            "properties": {
+                "default": text,
+                "kernelspecs": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "object",
+                        "required": ["name", "spec"],
+                        "properties": {"name": text, "spec": {"type": "object"}},
+                    },
+                },
+            },
+        },
+        "StartKernel": {
+            "type": "object",
+            "description": "Other fields of a Jupyter client's body are ignored",
+            "properties": {
+                "name": {"enum": [*kernel_names, None], "description": "null: python3"},
+                "env": {
+                    "type": "object",
+                    "additionalProperties": text,
+                    "description": "ignored: a kernel JupyterLab starts gets the server's",
+                },
+                "path": text,
+            },
+        },
+    }
+
+
+def jupyter_paths() -> dict[str, Any]:
+    """The Jupyter kernels API, for JupyterLab (its WebSocket channels are not HTTP)."""
+    kernel = [KERNEL_ID]
+    tags = {"tags": ["jupyter"]}
+    return {
+        "/api/kernelspecs": {
+            "get": op(
+                "The kernelspecs sessions may use",
+                {"200": json_answer(ref("KernelSpecs"), "Kernelspecs"), **errors()},
+                **tags,
+            )
+        },
+        "/api/kernels": {
+            "get": op(
+                "Every session's kernel",
+                {"200": json_answer(ref("KernelList"), "Kernels"), **errors()},
+                **tags,
+            ),
+            "post": op(
+                "Start a kernel: a new session, which JupyterLab may also shut down",
+                {"201": json_answer(ref("Kernel"), "Started"), **errors(400, 429, 503)},
+                requestBody={"content": {JSON: {"schema": ref("StartKernel")}}},
+                **tags,
+            ),
+        },
+        "/api/kernels/{kernel_id}": {
+            "parameters": kernel,
+            "get": op(
+                "A kernel",
+                {"200": json_answer(ref("Kernel"), "The kernel"), **errors(404, 409)},
+                **tags,
+            ),
+            "delete": op(
+                "Shut down a kernel JupyterLab started; an agent's is only let go of (200)",
+                {
+                    "204": {"description": "Shut down"},
+                    "200": json_answer(
+                        {
+                            "type": "object",
+                            "required": ["id", "shut_down", "message"],
+                            "properties": {
+                                "id": {"type": "string"},
+                                "shut_down": {"const": False},
+                                "message": {"type": "string"},
+                            },
+                        },
+                        "An agent's kernel: not shut down, it keeps running",
+                    ),
+                    **errors(404),
+                },
+                **tags,
+            ),
+        },
+        "/api/kernels/{kernel_id}/interrupt": {
+            "parameters": kernel,
+            "post": op(
+                "Interrupt a kernel",
+                {"204": {"description": "Interrupted"}, **errors(404, 409, 410)},
+                **tags,
+            ),
+        },
+        "/api/kernels/{kernel_id}/restart": {
+            "parameters": kernel,
+            "post": op(
+                "Restart a kernel (recorded in its session's transcript)",
+                {
+                    "200": json_answer(ref("Kernel"), "Restarted"),
+                    **errors(404, 409, 410, 429, 503, 507),
+                },
+                **tags,
+            ),
+        },
+    }

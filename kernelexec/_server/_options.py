@@ -29,9 +29,9 @@ from typing import Any
 
 from .._backends import DockerBackend, GatewayBackend, KernelBackend
 from .._exceptions import ConfigurationError
-from .._models import Limits
-from .._session import AsyncSession
-from .._venv import ARCHIVES, check_packages
+from .._execution._models import Limits
+from .._session._async import AsyncSession
+from .._venvs._venv import ARCHIVES, check_packages
 
 __all__ = [
     "OPTION_FIELDS",

@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from .. import _workdir
-from .._checkpoint import STAGING
 from .._exceptions import ConfigurationError
+from .._state._manifest import STAGING
 
 __all__ = [
     "FOLDER",

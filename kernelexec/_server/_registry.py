@@ -1,9 +1,11 @@
 """The server's sessions: created, forked, checkpointed, looked up, closed at exit.
 
-Idle sessions are suspended, culled and resumed by ``_idle``. Each session
-has a record on disk (``_records``), so a restarted server lists its sessions
-again (``recover``): suspended ones resume on their next execution, live ones
-are "lost" (HTTP 410, saying why) rather than unknown.
+The routes (``_routes.py``, ``_jupyter_api.py``) reach every session through
+a ``Registry``. Idle sessions are suspended, culled and resumed by
+``_idle.py``; checkpoints are made into the store by ``_checkpointing.py``.
+Each session has a record on disk (``_records.py``), so a restarted server
+lists its sessions again (``_recovery.py``): suspended ones resume on their
+next execution, live ones are "lost" (HTTP 410, saying why) rather than unknown.
 """
 
 from __future__ import annotations
@@ -14,35 +16,39 @@ import logging
 import os
 import re
 import secrets
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .. import _disk, _workdir
-from .._background import ExecutionStore
-from .._checkpoint import Checkpoint
+from .. import _workdir
 from .._exceptions import (
     CheckpointError,
     ConfigurationError,
     DiskSpaceError,
-    IncompatibleCheckpointError,
     KernelStartError,
     SessionBusyError,
     SessionClosedError,
 )
-from .._fork import ForkMethod
-from .._pool import KernelPool
+from .._execution._background import ExecutionStore
 from .._remote_models import CheckpointInfo
-from .._session import AsyncSession
+from .._session._async import AsyncSession
+from .._session._pool import KernelPool
+from .._state import _disk
+from .._state._fork import ForkMethod
+from .._state._manifest import Checkpoint
 from .._workdir import remove_tree
 from ._bodies import CreateRequest
-from ._checkpoints import CheckpointStore, Held, UnknownCheckpoint
+from ._checkpointing import (
+    checkpoint,
+    delete_checkpoint,
+    make_checkpoint,
+    open_checkpoint,
+    restore_refused,
+)
+from ._checkpoints import CheckpointStore
 from ._config import ServerConfig
 from ._entry import Entry, culled_text
 from ._errors import ApiError, closed_meanwhile, no_room
 from ._idle import (
-    CHECKPOINT_TIMEOUT,
-    VARIABLE_TIMEOUT,
     cull_idle,
     expire_checkpoints,
     housekeep_forever,
@@ -50,8 +56,9 @@ from ._idle import (
     resume,
     with_id,
 )
-from ._options import OptionError, SessionOptions, parse_options
-from ._records import Record, Records, sweep_staging
+from ._options import SessionOptions
+from ._records import Records
+from ._recovery import recover
 
 __all__ = ["Entry", "Registry"]
 
@@ -59,11 +66,6 @@ log = logging.getLogger("kernelexec.server")
 
 _ID = re.compile(r"[0-9a-f]{32}")
 KEEP_FINISHED = 16  # finished executions a session keeps (each with its events, capped)
-LOST = (
-    "the server restarted, and this session's kernel (and the state it held) was lost "
-    "with the old server; its files and transcript are kept in its work dir "
-    "(GET .../files, .../notebook); create a new session"
-)
 
 
 class Registry:
@@ -135,7 +137,7 @@ class Registry:
         entry = Entry(
             session_id, session, request.kernel_name, request.timeout, options, dict(request.env)
         )
-        self._register(entry)  # counted against the limit while it starts
+        self.register(entry)  # counted against the limit while it starts
 
         async def start() -> AsyncSession:
             if saved is None:
@@ -165,7 +167,7 @@ class Registry:
             elif isinstance(exc, DiskSpaceError):
                 raise no_room(f"cannot restore the checkpoint: {exc}") from None
             elif isinstance(exc, CheckpointError):
-                raise _restore_refused(exc) from None
+                raise restore_refused(exc) from None
             elif isinstance(exc, ConfigurationError):
                 # The client's options could not be honoured: a Python version
                 # not found, a package that failed to install (pip's words in it).
@@ -213,7 +215,7 @@ class Registry:
             return False
         return True
 
-    def _register(self, entry: Entry) -> None:
+    def register(self, entry: Entry) -> None:
         """Lists the session, its execution queue bounded by the server's caps."""
         entry.execution_store = ExecutionStore(
             KEEP_FINISHED,
@@ -383,7 +385,7 @@ class Registry:
                 starting=False,
                 fork_report=child.fork_report,
             )
-            self._register(entry)
+            self.register(entry)
             await self.save(entry)
         return entry
 
@@ -399,107 +401,20 @@ class Registry:
             os.close(root)
 
     async def checkpoint(self, session_id: str, *, files: bool) -> CheckpointInfo:
-        """Checkpoints the session's state (and files) into the store.
-
-        HTTP 507 if it would not fit (the disk, or the server's budgets: refused
-        before anything is written), 409 if it cannot be made.
-        """
-        async with self.using(session_id) as entry:
-            try:
-                checkpoint_id, saved = await self.make_checkpoint(entry, files=files)
-            except DiskSpaceError as exc:
-                raise no_room(f"{exc}{self._budget_note(entry.id)}") from None
-            except SessionClosedError:
-                raise closed_meanwhile() from None
-            except CheckpointError as exc:
-                raise ApiError(
-                    409, "checkpoint_failed", f"the session's state could not be saved: {exc}"
-                ) from None
-        return self.store.describe(checkpoint_id, saved)
+        """Checkpoints the session's state (and files) into the store (``_checkpointing``)."""
+        return await checkpoint(self, session_id, files=files)
 
     async def make_checkpoint(self, entry: Entry, *, files: bool) -> tuple[str, Checkpoint]:
-        """A new checkpoint of the session in the store, within its budgets.
-
-        Raises:
-            DiskSpaceError: it would pass the session's or the store's budget,
-                or the room on disk; nothing is kept.
-            CheckpointError: it could not be made (``transient`` says if it may pass).
-            SessionClosedError: the session was closed meanwhile.
-        """
-        budget = self._checkpoint_budget(entry.id)
-        try:
-            checkpoint_id, path = await asyncio.to_thread(self.store.new)
-        except CheckpointError as exc:
-            raise ApiError(503, "checkpoint_store_unusable", str(exc)) from None
-        # Counted at its budget while it is made, so two at once cannot both pass it.
-        self.store.held[checkpoint_id] = Held(budget, entry.id, time.time())
-        try:
-            await entry.session.checkpoint(
-                path,
-                files=files,
-                timeout=CHECKPOINT_TIMEOUT,
-                variable_timeout=VARIABLE_TIMEOUT,
-                max_bytes=budget,
-            )
-            self.store.done(checkpoint_id)
-            # Read back through the store, no link followed: it is where it should be.
-            saved = await asyncio.to_thread(self.store.open, checkpoint_id)
-            self.store.count(checkpoint_id, saved)
-        except BaseException as exc:
-            self.store.done(checkpoint_id)
-            await asyncio.to_thread(self.store.remove, checkpoint_id)
-            if isinstance(exc, UnknownCheckpoint):
-                raise CheckpointError(f"it is not where it was made ({exc})") from None
-            raise
-        return checkpoint_id, saved
-
-    def _checkpoint_budget(self, session_id: str) -> int:
-        """Bytes a new checkpoint of the session may hold; DiskSpaceError if none."""
-        left = min(
-            self.config.session_disk - self.store.usage(session_id),
-            self.config.store_disk - self.store.usage(),
-        )
-        if left <= 0:
-            raise DiskSpaceError(
-                "there is no room left for another checkpoint; nothing was written. Delete "
-                "checkpoints you no longer need (DELETE /checkpoints/{id})"
-                + self._budget_note(session_id)
-            )
-        return left
-
-    def _budget_note(self, session_id: str) -> str:
-        config, store = self.config, self.store
-        return (
-            f" (this server's budgets: {_disk.shown(config.session_disk)} for one session's "
-            f"checkpoints, --session-disk-mb, of which this session's hold "
-            f"{_disk.shown(store.usage(session_id))}; {_disk.shown(config.store_disk)} for "
-            f"all of them, --store-disk-mb, of which {_disk.shown(store.usage())} are held)"
-        )
+        """A new checkpoint of the session in the store, within its budgets."""
+        return await make_checkpoint(self, entry, files=files)
 
     def open_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint of the store; HTTP 404 if unknown, 422 if damaged."""
-        try:
-            return self.store.open(checkpoint_id)
-        except UnknownCheckpoint:
-            raise _no_checkpoint(checkpoint_id) from None
-        except CheckpointError as exc:
-            raise ApiError(422, "checkpoint_damaged", str(exc)) from None
+        return open_checkpoint(self, checkpoint_id)
 
     async def delete_checkpoint(self, checkpoint_id: str) -> None:
         """Removes a checkpoint; 404 if unknown, 409 if it holds a suspended session."""
-        try:
-            self.store.path(checkpoint_id)
-        except UnknownCheckpoint:
-            raise _no_checkpoint(checkpoint_id) from None
-        owner = self.store.suspends.get(checkpoint_id)
-        if owner is not None or checkpoint_id in self.store.making:
-            why = (
-                f"it holds the state of suspended session {owner}; delete that session instead"
-                if owner
-                else "it is being made"
-            )
-            raise ApiError(409, "checkpoint_in_use", f"checkpoint {checkpoint_id}: {why}")
-        await asyncio.to_thread(self.store.remove, checkpoint_id)
+        await delete_checkpoint(self, checkpoint_id)
 
     async def delete(self, session_id: str, *, purge: bool) -> Entry:
         """Shuts the session's kernel down and forgets it; its files stay unless ``purge``.
@@ -528,76 +443,8 @@ class Registry:
         return entry
 
     async def recover(self) -> None:
-        """At start: sweeps what a crash left, and lists the sessions the records name.
-
-        Half-made checkpoints and staging folders are removed; a suspended
-        session is suspended again (its checkpoint checked to be its own), a
-        culled one culled, and one that was live is lost, saying why.
-        """
-        await asyncio.to_thread(self.store.sweep)
-        records, refused = await asyncio.to_thread(self.records.load)
-        if refused:
-            log.warning(
-                "%d session records in %s were not trusted (written with another token, "
-                "or changed) and were left as they are; restart with the token that wrote "
-                "them to list those sessions again",
-                refused,
-                self.records.work_root / ".sessions",
-            )
-        claimed: set[str] = set()
-        for record in sorted(records, key=lambda r: r.created):
-            swept = await asyncio.to_thread(sweep_staging, self.root, record.id)
-            if swept:
-                log.info("removed %d staging folders a crash left in session %s", swept, record.id)
-            self._register(await self._recovered(record, claimed))
-        await expire_checkpoints(self)
-
-    async def _recovered(self, record: Record, claimed: set[str]) -> Entry:
-        """The entry of a session a record names, as it was when the server stopped."""
-        lost: str | None = None
-        try:
-            options = parse_options(record.options, self.config.policy)
-        except OptionError as exc:
-            options, lost = (
-                SessionOptions(),
-                (
-                    f"the server restarted, and the options this session was made with are no "
-                    f"longer allowed ({exc.message}); its files are kept; create a new session"
-                ),
-            )
-        # A stand-in until it resumes: closed, never started, no kernel of its own.
-        session = AsyncSession(self.root / record.id, timeout=record.timeout)
-        await session.close()
-        entry = Entry(
-            record.id,
-            session,
-            record.kernel_name,
-            record.timeout,
-            options,
-            dict(record.env),
-            created=record.created,
-            starting=False,
-            idle_for=record.idle_for,
-        )
-        checkpoint = record.checkpoint
-        if lost is None and record.state == "culled":
-            entry.culled, entry.why_culled = True, record.why_culled
-        elif lost is None and record.state == "suspended" and checkpoint is not None:
-            held = self.store.held.get(checkpoint)
-            if held is None or held.session != record.id or checkpoint in claimed:
-                lost = (
-                    f"the server restarted, and the checkpoint holding this suspended "
-                    f"session's state ({checkpoint}) is gone or is not this session's; its "
-                    "files are kept; create a new session"
-                )
-            else:
-                claimed.add(checkpoint)
-                entry.suspend_id = checkpoint
-                self.store.suspends[checkpoint] = record.id
-        elif lost is None:
-            lost = LOST
-        entry.lost = lost
-        return entry
+        """At start: sweeps what a crash left, and lists the sessions the records name."""
+        await recover(self)
 
     async def close_all(self) -> None:
         """Refuses new work, interrupts running executions and shuts every kernel down.
@@ -620,17 +467,3 @@ class Registry:
                 "shutting_down",
                 "the server is shutting down; start it again and create a new session",
             )
-
-
-def _no_checkpoint(checkpoint_id: str) -> ApiError:
-    return ApiError(
-        404,
-        "checkpoint_not_found",
-        f"no checkpoint {str(checkpoint_id)[:64]!r} on this server (GET /checkpoints lists them)",
-    )
-
-
-def _restore_refused(exc: CheckpointError) -> ApiError:
-    if isinstance(exc, IncompatibleCheckpointError):
-        return ApiError(409, "checkpoint_incompatible", str(exc))
-    return ApiError(422, "restore_failed", f"the checkpoint could not be restored: {exc}")

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
-from .._checkpoint import RestoreReport
-from .._models import ExecutionResult
+from .._execution._models import ExecutionResult
+from .._state._manifest import RestoreReport
 
 __all__ = ["MAX_DEPTH", "result_json", "resumed_result"]
 

@@ -12,11 +12,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from .. import __version__
-from .._background import Execution, Reservation
 from .._exceptions import KernelexecError, KernelStartError, QueueFullError, SessionClosedError
-from .._live import OutputListener
-from .._models import ExecutionResult
+from .._execution._background import Execution, Reservation
+from .._execution._live import OutputListener
+from .._execution._models import ExecutionResult
+from .._version import __version__
 from ._bodies import (
     ExecuteRequest,
     body_chunks,

@@ -41,8 +41,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._live import json_size
-from .._models import ExecutionResult
+from .._execution._live import json_size
+from .._execution._models import ExecutionResult
 from ._errors import ApiError
 from ._results import result_json
 

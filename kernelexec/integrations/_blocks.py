@@ -10,13 +10,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._ansi import strip_ansi
-from .._artifacts import SAVED_MIMETYPES, Saved
-from .._languages import normalize_language
-from .._markdown import BlockResult, CodeBlock
-from .._models import ExecutionResult
-from .._render import collapse_carriage_returns, render_parts
-from .._unlabelled import read_unlabelled
+from .._execution._ansi import strip_ansi
+from .._execution._artifacts import SAVED_MIMETYPES, Saved
+from .._execution._languages import normalize_language
+from .._execution._models import ExecutionResult
+from .._execution._render import collapse_carriage_returns, render_parts
+from .._markdown._blocks import BlockResult, CodeBlock
+from .._markdown._unlabelled import read_unlabelled
 
 __all__ = [
     "TIMEOUT_EXIT_CODE",
@@ -36,7 +36,7 @@ _PYTHON_PIP = re.compile(r"^(\s*[!%]\s*pip3?\s+install)(?=\s)", re.MULTILINE)
 _SHELL_PIP = re.compile(r"^(\s*(?:python3?\s+-m\s+)?pip3?\s+install)(?=\s)", re.MULTILINE)
 # IPython's "!command" at a line's start in a shell block; "! command" (bash's negation) stays.
 _SHELL_BANG = re.compile(r"^(\s*)!(?=[A-Za-z_./])", re.MULTILINE)
-# How a saved file is named in ExecutionResult.text (see _render.py).
+# How a saved file is named in ExecutionResult.text (see _execution/_render.py).
 _SAVED_LINE = re.compile(
     r"^\[(?P<mimetype>[\w.+-]+/[\w.+-]+) saved to (?P<path>[^\]\n]+)\](?P<end>\n|\Z)", re.M
 )

@@ -7,10 +7,10 @@ from typing import Any, Generic, TypeVar
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from .._markdown import BlockResult, CodeBlock, Execute, run_blocks
-from .._models import ExecutionResult
-from .._session import AsyncSession
-from .._sync import Session
+from .._execution._models import ExecutionResult
+from .._markdown._blocks import BlockResult, CodeBlock, Execute, run_blocks
+from .._session._async import AsyncSession
+from .._session._sync import Session
 from ._blocks import prepare
 
 __all__ = ["SessionExecutor", "check_kernel_name"]

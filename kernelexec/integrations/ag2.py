@@ -33,7 +33,7 @@ try:
 except ImportError as exc:
     raise missing_extra(__name__, "ag2", exc) from exc
 
-from .._sync import Session, _call
+from .._session._sync import Session, _call
 from ._approval import Approval, Verdict, read_verdict, refusal_text
 from ._blocks import Combined, combine, read_blocks, refused
 from ._executor import SessionExecutor

@@ -36,7 +36,7 @@ try:
 except ImportError as exc:
     raise missing_extra(__name__, "ag2", exc) from exc
 
-from .._session import AsyncSession
+from .._session._async import AsyncSession
 from ._blocks import combine, prepare
 
 if TYPE_CHECKING:

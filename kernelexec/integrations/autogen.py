@@ -37,9 +37,9 @@ try:
 except ImportError as exc:
     raise missing_extra(__name__, "autogen", exc) from exc
 
-from .._markdown import CodeBlock as Block
-from .._models import ExecutionResult
-from .._session import AsyncSession
+from .._execution._models import ExecutionResult
+from .._markdown._blocks import CodeBlock as Block
+from .._session._async import AsyncSession
 from ._approval import Approval, Verdict, read_verdict, refusal_text
 from ._blocks import Combined, combine, prepare, read_blocks, refused
 from ._executor import SessionExecutor

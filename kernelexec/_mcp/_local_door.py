@@ -1,0 +1,242 @@
+"""``LocalDoor``: the MCP tools' sessions held in this process (``kernelexec mcp``)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from .._client._base import Made
+from .._exceptions import (
+    CheckpointError,
+    ConfigurationError,
+    KernelexecError,
+    KernelStartError,
+)
+from .._execution._background import Execution, start_execution
+from .._execution._live import OutputListener
+from .._execution._models import ExecutionResult
+from .._remote_models import SessionInfo
+from .._server._checkpoints import CheckpointStore, UnknownCheckpoint
+from .._server._options import OptionError, SessionOptions, parse_options
+from .._session._async import AsyncSession
+from .._state._fork import ForkMethod
+from .._state._manifest import RestoreReport
+from ._doors import CANCEL_WAIT, describe_checkpoint, describe_made
+from ._executions import ExecutionView
+from ._files import confined, files_in, read_head, read_notebook
+from ._sessions import McpConfig, SessionError, Sessions
+
+__all__ = ["LocalDoor"]
+
+
+class LocalDoor:
+    """The MCP server's own sessions, in this process."""
+
+    def __init__(self, config: McpConfig) -> None:
+        self.config = config
+        self.sessions = Sessions(config)
+        # Beside the sessions' work dirs (a name never starts with "."), as the server's.
+        self.store = CheckpointStore(config.work_root)
+
+    async def create(
+        self, name: str, options: dict[str, Any], timeout: float | None
+    ) -> dict[str, Any]:
+        try:
+            parsed = parse_options(options, self.config.policy)
+        except OptionError as exc:
+            raise SessionError(f"{exc.message} (HTTP {exc.status} {exc.code})") from None
+        if timeout is not None and not 0 < timeout <= self.config.max_timeout:
+            raise SessionError(
+                f"timeout must be more than 0 and at most {self.config.max_timeout:g} s "
+                "(kernelexec mcp --max-timeout)"
+            )
+        await self.sessions.create(name, parsed, timeout)
+        return next(i for i in self.sessions.infos() if i["id"] == name)
+
+    def _seconds(self, timeout: float | None) -> float:
+        seconds = min(timeout or self.config.timeout, self.config.max_timeout)
+        if not seconds > 0:
+            raise SessionError("timeout must be a positive number of seconds")
+        return seconds
+
+    async def execute(
+        self, name: str, code: str, language: str, timeout: float | None
+    ) -> ExecutionResult:
+        seconds = self._seconds(timeout)
+        async with self.sessions.executing(name) as session:
+            return await session.execute(code, language=language, timeout=seconds)
+
+    async def start(
+        self, name: str, code: str, language: str, timeout: float | None
+    ) -> dict[str, Any]:
+        seconds = self._seconds(timeout)
+        await self.sessions.ready(name, create=True)
+
+        async def run(listener: OutputListener) -> ExecutionResult:
+            # Busy while it runs (list_sessions says so), as a call's execution is.
+            async with self.sessions.executing(name) as session:
+                return await session.execute(
+                    code, language=language, timeout=seconds, on_output=listener
+                )
+
+        execution = start_execution(run, code=code, language=language)
+        return self.sessions.background(name).add(execution).to_dict()
+
+    def _execution(self, name: str, execution_id: str) -> Execution:
+        store = self.sessions.background(name)
+        found = store.get(execution_id)
+        if found is None:
+            raise SessionError(
+                f"no execution {execution_id[:64]!r} in session {name!r}; it may have ended "
+                f"long ago (a session keeps its last {store.keep} finished ones)"
+            )
+        return found
+
+    async def execution(
+        self, name: str, execution_id: str, wait: float, offset: int
+    ) -> ExecutionView:
+        execution = self._execution(name, execution_id)
+        if wait > 0:
+            await asyncio.wait({execution.task}, timeout=wait)
+        return await _local_view(execution, offset)
+
+    async def cancel(self, name: str, execution_id: str) -> ExecutionView:
+        execution = self._execution(name, execution_id)
+        if execution.cancel():
+            await asyncio.wait({execution.task}, timeout=CANCEL_WAIT)
+        return await _local_view(execution, 0)
+
+    async def infos(self) -> list[dict[str, Any]]:
+        return self.sessions.infos()
+
+    async def restart(self, name: str) -> None:
+        await self.sessions.get(name).restart()
+
+    async def interrupt(self, name: str) -> None:
+        await self.sessions.get(name).interrupt()
+
+    async def files(self, name: str) -> dict[str, Any]:
+        work_dir = self.sessions.get(name).work_dir
+        found, cut, skipped = await files_in(work_dir)
+        listed = [f.to_dict() for f in found]
+        return {"work_dir": str(work_dir), "files": listed, "truncated": cut, "skipped": skipped}
+
+    async def read(
+        self, name: str, path: str, limit: int, *, whole: bool = False
+    ) -> tuple[bytes, int]:
+        return read_head(self.sessions.get(name).work_dir, path, limit, whole=whole)
+
+    async def notebook(self, name: str) -> tuple[bytes | None, str]:
+        session = self.sessions.get(name)
+        await session.flush()
+        relative = session.notebook_path.relative_to(session.work_dir).as_posix()
+        # Read whole, through a handle: never what a link at its name points to.
+        return read_notebook(session.work_dir, session.notebook_path), relative
+
+    async def where(self, name: str, path: str) -> str:
+        target = confined(self.sessions.get(name).work_dir, path)
+        return f"open {target} on the MCP server's machine"
+
+    async def variables(self, name: str) -> list[dict[str, Any]]:
+        session = self.sessions.get(name)
+        try:
+            return [v.to_dict() for v in await session.variables()]
+        except KernelexecError as exc:
+            raise SessionError(f"cannot list {name!r}'s variables: {exc}") from None
+
+    async def inspect(self, name: str, variable: str) -> dict[str, Any] | None:
+        session = self.sessions.get(name)
+        try:
+            found = await session.inspect(variable)
+        except KernelexecError as exc:
+            raise SessionError(f"cannot inspect {variable!r} in {name!r}: {exc}") from None
+        return None if found is None else found.to_dict()
+
+    async def fork(
+        self, name: str, new_name: str | None, method: ForkMethod = "auto"
+    ) -> dict[str, Any]:
+        parent = await self.sessions.ready(name)
+        options = self.sessions.options(name)
+
+        async def forked(work_dir: Path) -> AsyncSession:
+            try:
+                return await parent.fork(work_dir, method=method)
+            except (ConfigurationError, KernelStartError) as exc:
+                raise SessionError(f"cannot fork {name!r}: {exc}") from None
+
+        child_name, child = await self.sessions.make(new_name, f"{name}-fork", forked, options)
+        info = next(i for i in self.sessions.infos() if i["id"] == child_name)
+        return describe_made(info, child_name, Made(_info(info), fork_report=child.fork_report))
+
+    async def checkpoint(self, name: str) -> dict[str, Any]:
+        session = self.sessions.get(name)
+        try:
+            checkpoint_id, path = await asyncio.to_thread(self.store.new)
+        except CheckpointError as exc:
+            raise SessionError(str(exc)) from None
+        try:
+            await session.checkpoint(path)
+            self.store.done(checkpoint_id)
+            saved = await asyncio.to_thread(self.store.open, checkpoint_id)
+        except BaseException as exc:
+            self.store.done(checkpoint_id)
+            await asyncio.to_thread(self.store.remove, checkpoint_id)
+            if isinstance(exc, (ConfigurationError, UnknownCheckpoint)):
+                raise SessionError(f"cannot checkpoint {name!r}: {exc}") from None
+            raise
+        return describe_checkpoint(self.store.describe(checkpoint_id, saved))
+
+    async def restore(self, checkpoint: str, name: str | None) -> dict[str, Any]:
+        try:
+            saved = await asyncio.to_thread(self.store.open, checkpoint)
+        except UnknownCheckpoint:
+            raise SessionError(
+                f"no checkpoint {checkpoint[:64]!r} (checkpoint_session gives ids)"
+            ) from None
+        except CheckpointError as exc:
+            raise SessionError(str(exc)) from None
+
+        async def restored(work_dir: Path) -> AsyncSession:
+            try:
+                return await AsyncSession.restore(
+                    saved,
+                    work_dir,
+                    kernel_name=self.config.kernel_name,
+                    timeout=self.config.timeout,
+                )
+            except (ConfigurationError, KernelStartError) as exc:
+                raise SessionError(f"cannot restore checkpoint {checkpoint}: {exc}") from None
+
+        stem = f"restored-{checkpoint[:8]}"
+        new_name, session = await self.sessions.make(name, stem, restored, SessionOptions())
+        report = session.restore_report
+        assert report is not None
+        report = RestoreReport(
+            checkpoint,
+            report.restored,
+            report.modules,
+            report.skipped,
+            report.files,
+            report.message,
+        )
+        info = next(i for i in self.sessions.infos() if i["id"] == new_name)
+        return describe_made(info, new_name, Made(_info(info), restore_report=report))
+
+    async def close(self) -> None:
+        await self.sessions.close()
+
+
+async def _local_view(execution: Execution, offset: int) -> ExecutionView:
+    events = await execution.read(offset, 0)  # what there is: no waiting for more
+    error = execution.error
+    return ExecutionView(
+        execution.to_dict(),
+        events,
+        execution.result,
+        None if error is None else f"{type(error).__name__}: {error}",
+    )
+
+
+def _info(data: dict[str, Any]) -> SessionInfo:
+    return SessionInfo.from_dict(data)

@@ -1,0 +1,353 @@
+"""The session's notebook on disk: one code cell per execution.
+
+Every execution lands in the file right after it finishes: a task writes the
+file in a worker thread, atomically (a temp file, then a rename), so a reader
+or a crash never sees a torn notebook, and the session hands out a result only
+once ``flush()`` says its cell is written. Cells added while a write is under
+way coalesce into the next one.
+
+A write costs the new cells, not the notebook, in time and in memory: the new
+file's bytes up to the last cell are copied from the old file inside the OS
+(``copy_file_range``), then the new cells and the closing lines are appended.
+When the file is not the one last written (someone else saved it, or there is
+no such call here), it is read back and written whole, its edits kept.
+
+The file lives in the kernel's work dir, where the kernel can plant links, so
+it is handled through ``_workdir``: read without following a link, the temp
+file made with O_EXCL under a random name, renamed relative to the folder's
+handle. A link found at the transcript's name is not a notebook: it is moved
+aside like any broken file, and the next write puts the real one in its place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import _telemetry, _workdir
+from .._execution._models import Usage
+
+__all__ = ["MAX_TRANSCRIPT_BYTES", "Transcript", "code_cell", "note_cell", "session_note"]
+
+# A transcript read back (to be continued, or copied into a fork) is at most
+# this big; a bigger file in its place was not written by a session's cells
+# (their outputs are capped) and is moved aside rather than read into memory.
+MAX_TRANSCRIPT_BYTES = 1 << 30
+
+log = logging.getLogger("kernelexec")
+
+NBFORMAT, NBFORMAT_MINOR = 4, 5
+_METADATA: dict[str, Any] = {
+    "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+    "language_info": {"name": "python"},
+}
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The file as this process last wrote it, so the next write can extend it."""
+
+    cells: int  # how many cells it holds
+    prefix: int  # bytes before the closing lines (after the last cell)
+    identity: tuple[int, int, int]  # inode, size, mtime: unchanged since
+
+
+class Transcript:
+    """A notebook file that grows by appending cells.
+
+    Only cells not yet in the file are held in memory, so a long session's
+    transcript (images and all) costs this process nothing. An existing
+    notebook at ``path`` is continued, and so is one someone edits meanwhile
+    (JupyterLab saving a note, say): the file is read back then, not
+    overwritten. One that cannot be read is moved aside (``.broken-<time>``).
+
+    A continued notebook gets a markdown note before this session's first
+    cell, "session N started <time> with a new kernel", so a reader sees why
+    the execution counts start again at 1.
+
+    Args:
+        path: the notebook file.
+        work_dir: the kernel's work dir; a ``path`` inside it is reached from
+            it with no link followed. None: from the notebook's own folder.
+    """
+
+    def __init__(self, path: Path, *, work_dir: Path | None = None) -> None:
+        self.path = path
+        self._root, parts = _workdir.locate(path, work_dir or path.parent)
+        self._folder, self._name = parts[:-1], parts[-1]
+        self._shown = "/".join(parts)
+        self._unwritten: list[dict[str, Any]] = []
+        self._metadata: dict[str, Any] = dict(_METADATA)
+        self._code_cells = 0
+        self._writer: asyncio.Task[None] | None = None
+        self._written: _Written | None = None
+        self.write_error: str | None = None
+        self._opened = time.time()
+        self._earlier_sessions = 0  # none: a new notebook needs no note
+        try:
+            folder = _workdir.open_folder(self._root, self._folder)
+        except OSError:
+            return  # no folder yet, so no notebook to continue
+        try:
+            cells = self._read_cells(folder)
+        finally:
+            os.close(folder)
+        self._code_cells = sum(1 for c in cells if c.get("cell_type") == "code")
+        self._earlier_sessions = _sessions_in(cells)
+
+    @property
+    def code_cells(self) -> int:
+        """How many code cells the notebook holds, earlier sessions' included."""
+        return self._code_cells
+
+    def add(self, cell: dict[str, Any]) -> None:
+        """Appends a cell and schedules the file's write."""
+        if self._earlier_sessions:
+            # Added with the first cell, not at open: a session that never
+            # runs anything leaves the notebook as it was.
+            self._unwritten.append(session_note(self._earlier_sessions + 1, self._opened))
+            self._earlier_sessions = 0
+        self._unwritten.append(cell)
+        self._code_cells += cell.get("cell_type") == "code"
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_while_new())
+
+    async def flush(self) -> None:
+        """Returns once the file holds every cell added so far (or writing failed)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def _write_while_new(self) -> None:
+        while self._unwritten:
+            batch, self._unwritten = self._unwritten, []
+            try:
+                with _telemetry.transcript_write(len(batch)):
+                    await asyncio.to_thread(self._write, batch)
+            except OSError as exc:
+                self._unwritten[:0] = batch  # kept for the next add() to retry
+                self.write_error = f"could not write {self.path}: {exc}"
+                log.warning("kernelexec: %s", self.write_error)
+                return
+            self.write_error = None
+
+    def _write(self, batch: list[dict[str, Any]]) -> None:
+        pieces = [_dump(c) for c in batch]
+        if not self._folder:
+            self._root.mkdir(parents=True, exist_ok=True)  # a folder the caller chose
+        folder, moved = _workdir.own_folder(self._root, [*self._folder, self._name])
+        for note in moved:
+            log.warning("kernelexec: %s", note)
+        try:
+            written = self._written
+            if written is not None:
+                new = ((",\n" if written.cells else "") + ",\n".join(pieces)).encode()
+                temp, fd = _workdir.temp_file(folder)
+                if _extend(
+                    folder, self._name, written.identity, written.prefix, fd, new + self._tail()
+                ):
+                    self._replace(
+                        folder, temp, fd, written.cells + len(pieces), written.prefix + len(new)
+                    )
+                    return
+                os.close(fd)
+                os.unlink(temp, dir_fd=folder)
+            # The first write, or the file is not as this process left it.
+            pieces = [_dump(c) for c in self._read_cells(folder)] + pieces
+            body = ('{\n "cells": [\n' + ",\n".join(pieces)).encode()
+            temp, fd = _workdir.temp_file(folder)
+            try:
+                _workdir.write_all(fd, body + self._tail())
+            except BaseException:
+                os.close(fd)
+                os.unlink(temp, dir_fd=folder)
+                raise
+            self._replace(folder, temp, fd, len(pieces), len(body))
+        finally:
+            os.close(folder)
+
+    def _replace(self, folder: int, temp: str, fd: int, cells: int, prefix: int) -> None:
+        """Puts the written temp file in place; its stat is the file's from then on."""
+        try:
+            stat = os.fstat(fd)
+        finally:
+            os.close(fd)
+        note = _workdir.put_in_place(folder, temp, self._name, self._shown)
+        if note:
+            log.warning("kernelexec: %s", note)
+        self._written = _Written(cells, prefix, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
+
+    def _tail(self) -> bytes:
+        return (
+            f'\n ],\n "metadata": {json.dumps(self._metadata, sort_keys=True)},\n'
+            f' "nbformat": {NBFORMAT},\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'
+        ).encode()
+
+    def cells_on_disk(self) -> list[dict[str, Any]]:
+        """The cells the file holds now (none if it cannot be read); nothing is moved or kept."""
+        try:
+            folder = _workdir.open_folder(self._root, self._folder)
+        except OSError:
+            return []
+        try:
+            return self._load(folder)[0]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        finally:
+            os.close(folder)
+
+    def _read_cells(self, folder: int) -> list[dict[str, Any]]:
+        """The cells of the notebook on disk (none if there is none); its metadata is kept.
+
+        A file that is not a notebook (a link included: it is never followed),
+        or one too big to be this session's, is moved aside.
+        """
+        try:
+            cells, metadata = self._load(folder)
+        except _workdir.Refused as exc:
+            if exc.reason == "missing":
+                return []
+            self._move_aside(folder, exc)
+            return []
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._move_aside(folder, exc)
+            return []
+        self._metadata = {**_METADATA, **metadata}
+        return cells
+
+    def _load(self, folder: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        # The kernel's code can write this file: it is read to a bound, never through a link.
+        with _workdir.open_in(folder, self._name, self._shown) as file:
+            if os.fstat(file.fileno()).st_size > MAX_TRANSCRIPT_BYTES:
+                raise ValueError(f"over {MAX_TRANSCRIPT_BYTES:,} bytes")
+            data = file.read(MAX_TRANSCRIPT_BYTES + 1)  # and if it grows meanwhile
+        if len(data) > MAX_TRANSCRIPT_BYTES:
+            raise ValueError(f"over {MAX_TRANSCRIPT_BYTES:,} bytes")
+        notebook = json.loads(data.decode("utf-8"))
+        cells = notebook["cells"]
+        if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+            raise TypeError("cells is not a list of cells")
+        return cells, notebook.get("metadata") or {}
+
+    def _move_aside(self, folder: int, why: Exception) -> None:
+        aside = f"{self._name}.broken-{int(time.time())}"
+        log.warning("kernelexec: %s is not a notebook (%s); moved to %s", self.path, why, aside)
+        # A rename never follows a link: a planted one is moved, not what it names.
+        os.rename(self._name, aside, src_dir_fd=folder, dst_dir_fd=folder)
+
+
+def code_cell(
+    source: str,
+    outputs: list[dict[str, Any]],
+    *,
+    execution_count: int | None,
+    started: float,
+    finished: float,
+    kernelexec: dict[str, Any],
+    failed: bool,
+    usage: Usage | None = None,
+) -> dict[str, Any]:
+    """A code cell for one execution, with nbclient-style timing metadata.
+
+    Failed cells carry the ``raises-exception`` tag, so nbclient replays the
+    notebook past them as it would any notebook that documents an error. The
+    execution's ``usage`` goes into the ``kernelexec`` metadata as
+    ``ExecutionResult.to_dict()`` has it (null when the kernel did not measure it).
+    """
+    metadata: dict[str, Any] = {
+        "execution": {"iopub.execute_input": _iso(started), "shell.execute_reply": _iso(finished)},
+        "kernelexec": {**kernelexec, "usage": asdict(usage) if usage is not None else None},
+    }
+    if failed:
+        metadata["tags"] = ["raises-exception"]
+    return {
+        "cell_type": "code",
+        "execution_count": execution_count,
+        "id": uuid.uuid4().hex[:12],
+        "metadata": metadata,
+        "outputs": outputs,
+        "source": source,
+    }
+
+
+def note_cell(
+    text: str, *, kind: str = "markdown", kernelexec: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A markdown (or raw) cell recording what happened outside any code."""
+    return {
+        "cell_type": kind,
+        "id": uuid.uuid4().hex[:12],
+        "metadata": {"kernelexec": kernelexec or {}},
+        "source": text,
+    }
+
+
+def session_note(number: int, started: float) -> dict[str, Any]:
+    """The note between two sessions' cells in one notebook."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started))
+    return note_cell(
+        f"*kernelexec: session {number} started {when} with a new kernel: execution "
+        "counts start again at 1, and earlier sessions' variables are gone.*",
+        kernelexec={"session": number, "started": _iso(started)},
+    )
+
+
+def _sessions_in(cells: list[dict[str, Any]]) -> int:
+    """How many sessions wrote ``cells``: the highest session note's number, else 1 (0 if none)."""
+    if not cells:
+        return 0
+    numbers = [1]
+    for cell in cells:
+        metadata = cell.get("metadata")
+        ours = metadata.get("kernelexec") if isinstance(metadata, dict) else None
+        number = ours.get("session") if isinstance(ours, dict) else None
+        # The file is in the kernel's work dir: anything may be written there.
+        if type(number) is int and 0 < number < 1_000_000:
+            numbers.append(number)
+    return max(numbers)
+
+
+def _extend(
+    folder: int, name: str, identity: tuple[int, int, int], keep: int, target: int, more: bytes
+) -> bool:
+    """Writes the first ``keep`` bytes of the file ``name``, then ``more``, to ``target``.
+
+    Only when ``name`` is still the file this process wrote (``identity``),
+    checked on the open file itself, so the copy is of that very file. The
+    copy happens inside the OS, so it costs no Python time however large the
+    notebook. False when it cannot be done this way: another file (or a link)
+    at the name, no copy_file_range, a file system that cannot copy ranges.
+    """
+    copy = getattr(os, "copy_file_range", None)
+    if copy is None:
+        return False
+    try:
+        with _workdir.open_in(folder, name) as source:
+            stat = os.fstat(source.fileno())
+            if (stat.st_ino, stat.st_size, stat.st_mtime_ns) != identity:
+                return False
+            copied = 0
+            while copied < keep:
+                step = copy(source.fileno(), target, keep - copied)
+                if step <= 0:
+                    return False  # the file is shorter than this process wrote it
+                copied += step
+        _workdir.write_all(target, more)
+    except OSError:
+        return False
+    return True
+
+
+def _dump(cell: dict[str, Any]) -> str:
+    return json.dumps(cell, indent=1, sort_keys=True, ensure_ascii=False)
+
+
+def _iso(timestamp: float) -> str:
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(timestamp))
+    return f"{seconds}.{int(timestamp % 1 * 1_000_000):06d}Z"
