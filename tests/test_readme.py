@@ -38,11 +38,6 @@ reaches the package index from the test's network), and pages run in
 parallel. Run as another user, the pages share the machine's loopback and run
 one at a time, and a port in use fails the block that needs it, saying so.
 
-docs/design.md, the design notes, is not run: its unlabelled fences are
-drawings, and its one python block sketches a deployment on Kubernetes, which
-no test machine has. ``test_the_design_notes_hold_drawings_and_a_cluster_sketch``
-checks it stays so (the sketch must compile).
-
 Any other block (no language, or one this does not know) fails
 ``test_every_block_is_classified`` with what to do: label it, or, for a block
 that cannot run anywhere a test runs, put ``<!-- test: skip REASON -->`` on
@@ -83,9 +78,8 @@ from servers import file_lock, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-DESIGN_NOTES = ROOT / "docs" / "design.md"  # not run: see the module docstring
 # The README, then the site's pages in the order of their paths.
-PAGES = [README, *sorted(p for p in (ROOT / "docs").rglob("*.md") if p != DESIGN_NOTES)]
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 PYTHON = frozenset({"python", "py", "python3", "ipython"})
 SHELL = frozenset({"bash", "sh", "shell"})
 CONSOLE = frozenset({"console", "shell-session"})
@@ -558,7 +552,7 @@ CODE_PAGES = [path for path in PAGES if any(_runs(b) for b in BLOCKS[path])]
 def test_the_pages_are_the_readme_and_the_site() -> None:
     names = set(PAGE_IDS)
     assert {"README.md", "docs/index.md", "docs/getting-started.md"} <= names, names
-    assert "docs/design.md" not in names
+    assert "docs/design.md" in names  # its drawings are text; any code in it runs too
     assert README in CODE_PAGES and len(CODE_PAGES) > len(PAGES) / 2
 
 
@@ -586,21 +580,6 @@ def test_every_block_is_classified(path: Path) -> None:
             except ValueError as exc:
                 problems.append(f"{block.where}: not JSON: {exc}")
     assert problems == []
-
-
-def test_the_design_notes_hold_drawings_and_a_cluster_sketch() -> None:
-    # Not run (see the module docstring): its blocks are drawings (no language), and
-    # one python sketch of a deployment on Kubernetes, which no test machine has.
-    # That one must still be Python; any other code belongs on a page.
-    problems = []
-    for block in _blocks(DESIGN_NOTES):
-        if not block.language or block.language in SAMPLES:
-            continue
-        if block.language in PYTHON and "python_kubernetes" in block.code:
-            compile(block.code, block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-            continue
-        problems.append(f"{block.where}: {block.language} code in the design notes is never run")
-    assert problems == [], "move it to a page of the site, where it runs"
 
 
 def test_skip_markers_are_few_and_say_why() -> None:

@@ -105,7 +105,7 @@ async def take(
             target.path,
             work_dir,
             budget=max_bytes,
-            what=f"the checkpoint's copy of {len(wanted.copies)} work-dir files",
+            what=f"the checkpoint's copy of {_disk.files(len(wanted.copies))} of the work dir",
             setting="max_bytes",
         )
         room = _disk.room(target.path, work_dir) - wanted.size

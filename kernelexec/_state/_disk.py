@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .._exceptions import DiskSpaceError
 
-__all__ = ["check", "free", "full", "is_full", "reserve", "room", "shown"]
+__all__ = ["check", "files", "free", "full", "is_full", "reserve", "room", "shown"]
 
 _RESERVE = 64 * 1024 * 1024  # bytes kept free on a big disk ...
 _RESERVE_SHARE = 20  # ... or a twentieth of a small one
@@ -50,6 +50,11 @@ def reserve(path: Path) -> int:
 def room(*paths: Path) -> int:
     """Bytes that may be written on each of the file systems holding ``paths``, at most."""
     return max(0, min(free(p) - reserve(p) for p in paths))
+
+
+def files(count: int) -> str:
+    """ "1 file", "12 files": a count of files for a message."""
+    return f"{count} file" if count == 1 else f"{count} files"
 
 
 def check(needed: int, *paths: Path, budget: int | None, what: str, setting: str) -> None:

@@ -90,7 +90,7 @@ def copy_files(work_dir: Path, notebook: Path, target: Path, max_bytes: int | No
         left,
         target,
         budget=max_bytes,
-        what=f"the fork's copy of {len(wanted)} files",
+        what=f"the fork's copy of {_disk.files(len(wanted))}",
         setting="max_bytes",
     )
     copied: list[str] = []

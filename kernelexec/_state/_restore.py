@@ -40,7 +40,7 @@ def copy_files_out(checkpoint: Checkpoint, work_dir: Path) -> int:
         sum(e.size for e in listing) + checkpoint.size,
         work_dir,
         budget=None,
-        what=f"restoring checkpoint {checkpoint.path.name} ({len(listing)} files and "
+        what=f"restoring checkpoint {checkpoint.path.name} ({_disk.files(len(listing))} and "
         f"{len(checkpoint.variables)} variables)",
         setting="",
     )
