@@ -19,6 +19,7 @@ from ._client import (
     RemoteExecution,
     RemoteSession,
 )
+from ._containment._sandbox import Sandbox
 from ._exceptions import (
     AuthenticationError,
     CheckpointError,
@@ -88,6 +89,7 @@ __all__ = [
     "RemoteSession",
     "ReplayReport",
     "RestoreReport",
+    "Sandbox",
     "ServerError",
     "Session",
     "SessionBusyError",

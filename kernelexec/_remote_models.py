@@ -43,6 +43,8 @@ class SessionInfo:
         created: when it was created (ISO 8601, UTC: "2025-06-01T12:00:03.250Z").
         last_activity: when a request last used it (ISO 8601, UTC).
         executions: executions requested so far.
+        sandbox: the containment of its kernel (``kernelexec.Sandbox`` as a
+            dict), or None: uncontained (or not a local kernel).
     """
 
     id: str
@@ -52,6 +54,7 @@ class SessionInfo:
     created: str
     last_activity: str
     executions: int = 0
+    sandbox: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

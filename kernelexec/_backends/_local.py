@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -21,9 +22,12 @@ from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
 
+from .._containment._platform import choose
+from .._containment._sandbox import Sandbox
 from .._containment._secrecy import protect_process
+from .._containment._start import ContainedStart, contained_start
 from .._exceptions import KernelStartError
-from .._kernel import NO_IPYKERNEL
+from .._kernel import CANNOT_CONTAIN, NO_IPYKERNEL, SANDBOX_VARIABLE
 from .._kernel.guard import end_tree
 from ._base import KernelMessage
 from ._caps import MAX_MESSAGE_BYTES, read_tail
@@ -81,6 +85,13 @@ class LocalBackend:
             kernel starts the usual way while its zygote starts.
         max_message_bytes: the host's cap on one message from the kernel
             (``Limits.max_message_bytes``; a session sets its own).
+        sandbox: contain the kernel (``kernelexec.Sandbox``): None, where this
+            machine can (else it runs uncontained, logged once); True, the
+            default policy; False, not. kernelexec's own kernel only: another
+            kernelspec's runs as its spec says.
+
+    Raises:
+        ConfigurationError: a sandbox asked for cannot be had here.
     """
 
     def __init__(
@@ -92,6 +103,7 @@ class LocalBackend:
         preload: str | None = None,
         zygote: bool | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        sandbox: Sandbox | bool | None = None,
     ) -> None:
         self.kernel_name = kernel_name
         self.python = python
@@ -99,6 +111,10 @@ class LocalBackend:
         self.preload = preload
         self.zygote = zygote
         self.max_message_bytes = max_message_bytes
+        # The policy in force, None for none; its start's cgroups while one runs.
+        self.sandbox = choose(sandbox, ours=self._boots())
+        self._contained: ContainedStart | None = None
+        self._out_of_memory = False  # the last kernel passed its memory limit
         self.forked = False  # the running kernel came from a zygote
         self._km: AsyncKernelManager | None = None
         self._info: dict[str, Any] | None = None  # a forked kernel's connection info
@@ -122,6 +138,7 @@ class LocalBackend:
             preload=self.preload,
             zygote=self.zygote,
             max_message_bytes=self.max_message_bytes,
+            sandbox=self.sandbox or False,
         )
 
     async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
@@ -160,10 +177,13 @@ class LocalBackend:
         km = self._manager()
         self._stderr = tempfile.TemporaryFile()
         self._returncode = None
+        extra = self._contain(cwd)
+        if self._contained is not None:
+            extra[SANDBOX_VARIABLE] = json.dumps(self._contained.policy)
         try:
             await km.start_kernel(
                 cwd=str(cwd),
-                env={**env, "PWD": str(cwd)},
+                env={**env, "PWD": str(cwd), **extra},
                 stdout=subprocess.DEVNULL,
                 stderr=self._stderr,
             )
@@ -284,7 +304,21 @@ class LocalBackend:
     def exit_reason(self) -> str | None:
         if self._returncode == _MOVE_FAILED:
             return f"it could not enter its work dir {self._cwd}"
-        return describe_exit(self._returncode)
+        if self._returncode == CANNOT_CONTAIN:
+            return "it could not be contained"
+        said = describe_exit(self._returncode)
+        if said is not None and self._passed_memory_limit():
+            assert self.sandbox is not None and self.sandbox.memory is not None
+            said += (
+                f", out of memory: the session's limit is {self.sandbox.memory / 2**20:,.0f} MiB "
+                "(Sandbox.memory)"
+            )
+        return said
+
+    def _passed_memory_limit(self) -> bool:
+        if self._contained is not None and self._contained.cgroups.out_of_memory():
+            self._out_of_memory = True
+        return self._out_of_memory
 
     def connection_info(self) -> dict[str, Any] | None:
         """What another client (JupyterLab, jupyter console) needs to reach this kernel."""
@@ -311,10 +345,24 @@ class LocalBackend:
         self._stderr = tempfile.TemporaryFile()
         self._returncode = None
         path = self._new_connection()
+        extra = self._contain(cwd)
         kernel = await zygote.fork(
-            connection_file=path, cwd=cwd, env={**env, "PWD": str(cwd)}, stderr=self._stderr
+            connection_file=path,
+            cwd=cwd,
+            env={**env, "PWD": str(cwd), **extra},
+            stderr=self._stderr,
+            sandbox=None if self._contained is None else self._contained.policy,
         )
         self._adopt(kernel)
+
+    def _contain(self, cwd: Path) -> dict[str, str]:
+        """Makes this start's policy, private dirs and cgroups if contained; its variables."""
+        if self.sandbox is None:
+            return {}
+        assert self._ipc_dir is not None, "the kernel's own dir first"
+        self._contained = contained_start(self.sandbox, work_dir=cwd, own_dir=self._ipc_dir)
+        self._out_of_memory = False
+        return dict(self._contained.env)
 
     def _new_connection(self) -> str:
         """A connection file (Unix sockets in a new private dir, a new key) for a forked kernel."""
@@ -360,11 +408,33 @@ class LocalBackend:
         return await fork_kernel(self, cwd=cwd, env=env, force=force)
 
     def can_fork(self) -> bool:
-        """Whether ``fork()`` can work: kernelexec's own kernel, running, on Linux."""
-        # Kernels of kernelexec's boot script answer fork requests; others do not.
-        booted = self.python is not None or self.kernel_name == "python3"
+        """Whether ``fork()`` can work: kernelexec's own kernel, running, on Linux, uncontained.
+
+        A contained kernel's copy would keep its file access, which can only
+        narrow (Landlock), so it could not be given a work dir of its own.
+        """
         running = self._channels is not None and self._process is not None
-        return booted and running and hasattr(os, "pidfd_open")
+        return self._boots() and running and hasattr(os, "pidfd_open") and self.sandbox is None
+
+    def _boots(self) -> bool:
+        """Whether the kernel is kernelexec's boot script's (others' are launched as is)."""
+        return self.python is not None or self.kernel_name == "python3"
+
+    def take_work_dir(self, cwd: Path) -> bool:
+        """Moves the running kernel to ``cwd`` (see ``move_to``); False where it cannot go.
+
+        A contained kernel may write only the work dir it was started in, and
+        that cannot change: the folder itself, empty, is renamed to ``cwd``
+        (Landlock's rule holds the folder, not its name), which must then be an
+        empty folder or none, on the same file system.
+        """
+        if self.sandbox is not None:
+            try:
+                os.rename(self._cwd, cwd)
+            except OSError:
+                return False
+        self.move_to(cwd)
+        return True
 
     async def ask_control(
         self, msg_type: str, content: dict[str, Any], reply: str, timeout: float
@@ -418,7 +488,11 @@ class LocalBackend:
         if os.name != "posix":
             return {}
         self._ipc_dir = Path(tempfile.mkdtemp(prefix="kernelexec-ipc-"))
-        return {"transport": "ipc", "ip": str(self._ipc_dir / "kernel")}
+        found = {"transport": "ipc", "ip": str(self._ipc_dir / "kernel")}
+        if self.sandbox is not None:
+            # Where a contained kernel can read it (not Jupyter's runtime dir, in the home).
+            found["connection_file"] = str(self._ipc_dir / "kernel.json")
+        return found
 
     def _send_execute(self, code: str, *, allow_stdin: bool, silent: bool) -> str:
         assert self._channels is not None, "start() first"
@@ -489,6 +563,11 @@ class LocalBackend:
         stderr = ""
         if self._stderr is not None:
             stderr = read_tail(self._stderr, _STDERR_TAIL).decode("utf-8", "replace").strip()
+        if self._returncode == CANNOT_CONTAIN:
+            return (
+                f"{stderr or 'the kernel could not be contained'}; pass sandbox=False to "
+                "run it uncontained (serve and mcp: --no-sandbox)"
+            )
         return f"the kernel exited during start-up ({self.exit_reason()})" + (
             f"; it said:\n{stderr}" if stderr else ""
         )
@@ -522,6 +601,10 @@ class LocalBackend:
         if self._ipc_dir is not None:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
             self._ipc_dir = None
+        contained, self._contained = self._contained, None
+        if contained is not None and contained.cgroups.folders:
+            self._out_of_memory = self._out_of_memory or contained.cgroups.out_of_memory()
+            contained.cgroups.remove_when_empty()
 
 
 @atexit.register

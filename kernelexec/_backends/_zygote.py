@@ -110,9 +110,18 @@ class Zygote:
         return self._process.poll() is None and self.failure is None
 
     async def fork(
-        self, *, connection_file: str, cwd: Path, env: Mapping[str, str], stderr: IO[bytes]
+        self,
+        *,
+        connection_file: str,
+        cwd: Path,
+        env: Mapping[str, str],
+        stderr: IO[bytes],
+        sandbox: Mapping[str, Any] | None = None,
     ) -> ForkedKernel:
-        """A new kernel, forked and launching on ``connection_file``."""
+        """A new kernel, forked and launching on ``connection_file``.
+
+        ``sandbox``: the policy that contains it (``_kernel/contain.py``), or None.
+        """
         ident = next(self._ids)
         answer = concurrent.futures.Future[int]()
         self._pending[ident] = answer
@@ -121,6 +130,7 @@ class Zygote:
             "connection_file": connection_file,
             "cwd": str(cwd),
             "env": dict(env),
+            "sandbox": None if sandbox is None else dict(sandbox),
         }
         try:
             self._send(request, [stderr.fileno()])

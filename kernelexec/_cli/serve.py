@@ -18,7 +18,13 @@ from ._startup import (
     usable_work_root,
 )
 
-__all__ = ["add_command", "add_policy_options", "policy_from"]
+__all__ = [
+    "add_command",
+    "add_policy_options",
+    "add_sandbox_options",
+    "policy_from",
+    "sandbox_from",
+]
 
 
 def add_command(commands: Any) -> None:
@@ -215,6 +221,92 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         help="a Jupyter gateway sessions may run on with gateway=URL (repeat for more; "
         "its token from $KERNELEXEC_GATEWAY_TOKEN)",
     )
+    add_sandbox_options(parser)
+
+
+def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
+    """The containment of local kernels (serve and mcp): on unless ``--no-sandbox``."""
+    group = parser.add_argument_group(
+        "containment of local kernels",
+        "Each local kernel reads only what Python and the system need and its work dir, "
+        "writes only its work dir and a temp dir, sees only its own processes and has no "
+        "network (kernelexec.Sandbox). Where this machine cannot contain kernels, the "
+        "server refuses to start without --no-sandbox.",
+    )
+    group.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run local kernels uncontained, with all of this user's powers",
+    )
+    group.add_argument(
+        "--sandbox-read",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a path every session's kernel may read, such as a data folder (repeat for more)",
+    )
+    group.add_argument(
+        "--allow-network",
+        action="store_true",
+        help='sessions may ask for a network (sandbox={"network": true}); without it, '
+        "a kernel has only its own loopback",
+    )
+    group.add_argument(
+        "--sandbox-memory",
+        default=None,
+        metavar="SIZE",
+        help="each session's memory (its kernel and processes together where cgroups can be "
+        "made, else each process's), and the most a client may ask for (default: half "
+        "this machine's; e.g. 4g)",
+    )
+    group.add_argument(
+        "--sandbox-processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes and threads of a session's kernel, and the most a client may ask "
+        "for (default 1024)",
+    )
+    group.add_argument(
+        "--sandbox-open-files",
+        type=int,
+        default=None,
+        metavar="N",
+        help="open files per process of a kernel, and the most a client may ask for (default 4096)",
+    )
+
+
+def sandbox_from(args: argparse.Namespace) -> Any:
+    """The ``Sandbox`` the flags of ``add_sandbox_options`` describe, or False (``--no-sandbox``).
+
+    Raises:
+        ConfigurationError: a value is unusable, or this machine cannot contain
+            a kernel and ``--no-sandbox`` was not given (one line, exit 2).
+    """
+    from .._containment._platform import support
+    from .._containment._sandbox import Sandbox
+    from .._server._options import parse_memory
+
+    if args.no_sandbox:
+        return False
+    found = support()
+    if not found.ok:
+        raise ConfigurationError(
+            f"this machine cannot contain kernels ({found.why_not()}): pass --no-sandbox "
+            "to run them uncontained, with all of this user's powers"
+        )
+    chosen: dict[str, Any] = {"read": tuple(args.sandbox_read)}
+    try:
+        if args.sandbox_memory is not None:
+            chosen["memory"] = parse_memory(args.sandbox_memory)
+        for name in ("processes", "open_files"):
+            value = getattr(args, f"sandbox_{name}")
+            if value is not None:
+                chosen[name] = value
+        return Sandbox(**chosen)
+    except ValueError as exc:
+        flag = str(exc).split(" ", 1)[0].removeprefix("Sandbox.").replace("_", "-")
+        raise ConfigurationError(f"--sandbox-{flag}: {exc}") from None
 
 
 def policy_from(args: argparse.Namespace) -> Any:
@@ -247,6 +339,8 @@ def policy_from(args: argparse.Namespace) -> Any:
         docker_pids=args.docker_max_pids,
         gateways=tuple(args.allow_gateway),
         gateway_token=os.environ.get("KERNELEXEC_GATEWAY_TOKEN") or None,
+        sandbox=sandbox_from(args),
+        network=args.allow_network,
     )
 
 

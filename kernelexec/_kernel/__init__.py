@@ -7,16 +7,29 @@ path. Nothing here is imported by the rest of kernelexec except for the paths
 and constants below, ``caps.py``'s byte caps, which the reducer applies to
 kernels it did not boot, ``guard.py``'s process-tree and privilege calls,
 ``fork.py``'s message names and liveness check, and ``data.py``'s mimetypes
-and caps, which the host holds every table and chart to.
+and caps, which the host holds every table and chart to. ``contain.py``
+(which contains the kernel) is run as a script by the host's probe of what
+this machine can do.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BOOT_DIR", "BOOT_SCRIPT", "NO_IPYKERNEL", "ZYGOTE_SCRIPT"]
+__all__ = [
+    "BOOT_DIR",
+    "BOOT_SCRIPT",
+    "CANNOT_CONTAIN",
+    "CONTAIN_SCRIPT",
+    "NO_IPYKERNEL",
+    "SANDBOX_VARIABLE",
+    "ZYGOTE_SCRIPT",
+]
 
 BOOT_DIR = Path(__file__).resolve().parent
 BOOT_SCRIPT = BOOT_DIR / "boot.py"
 ZYGOTE_SCRIPT = BOOT_DIR / "zygote.py"
+CONTAIN_SCRIPT = BOOT_DIR / "contain.py"
 NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"; boot.py's too
+CANNOT_CONTAIN = 96  # a kernel that could not be contained; contain.py's too
+SANDBOX_VARIABLE = "KERNELEXEC_SANDBOX"  # a spawned kernel's policy; boot.py's too

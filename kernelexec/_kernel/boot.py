@@ -15,6 +15,8 @@ loads its sibling modules by path:
   its code or an attached console, ends it).
 - ``data.py``: DataFrames and figures shown also as data (table and chart
   payloads in their own mimetypes).
+- ``contain.py``: with a policy in ``KERNELEXEC_SANDBOX``, the kernel is
+  contained before any of its code runs (namespaces, Landlock, seccomp, limits).
 
 History is kept in memory: an agent's code (and the secrets in it) does not go
 into the user's ~/.ipython history database, and concurrent kernels do not
@@ -24,12 +26,14 @@ contend for its lock; In, Out and %history work as usual.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from types import ModuleType
 from typing import Any
 
 NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"
+SANDBOX_VARIABLE = "KERNELEXEC_SANDBOX"  # the policy of a contained kernel, as JSON
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -53,8 +57,22 @@ def _connection_file(argv: list[str]) -> str | None:
 def main() -> None:
     guard = load("guard")
     # Returns in the kernel's own process; boot's stays behind as its supervisor.
-    guard.protect(_connection_file(sys.argv))
+    guard.protect(_connection_file(sys.argv), box=box(os.environ.pop(SANDBOX_VARIABLE, None)))
     start_app()
+
+
+def box(policy: Any) -> Any:
+    """A ``contain.Box`` for the owner's policy (JSON text or a dict); None for none."""
+    if not policy:
+        return None
+    contain = load("contain")
+    try:
+        found = json.loads(policy) if isinstance(policy, str) else policy
+    except ValueError as exc:
+        contain.refuse(f"the policy is not JSON: {exc}")
+    if not isinstance(found, dict):
+        contain.refuse("the policy is not an object")
+    return contain.Box(found, load)
 
 
 def start_app(after_init: Any = None) -> None:

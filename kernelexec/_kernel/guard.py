@@ -83,6 +83,7 @@ def protect(
     owner_alive: Callable[[], bool] | None = None,
     owner: int | None = None,
     status_file: str | None = None,
+    box: Any = None,
 ) -> None:
     """Confines this process, then splits off the kernel and guards it.
 
@@ -93,7 +94,9 @@ def protect(
     kernel, passes a check on the owner itself and the owner's pid
     (``owner``), the only process whose ``release`` it heeds. With
     ``status_file``, the supervisor writes its exit status there (its
-    parent may not be the owner, who then cannot wait for it).
+    parent may not be the owner, who then cannot wait for it). With ``box``
+    (``contain.Box``), the kernel is contained: namespaces made here, the
+    rest in the kernel before this returns there.
     """
     global _GIVEN_CONNECTION_FILE
     drop_capabilities()
@@ -105,9 +108,19 @@ def protect(
     # and the watchdog would then watch init forever (an orphan seen in a
     # stress run: a zygote's fork killed as its start was cancelled).
     parent = os.getppid()
+    if box is not None:
+        box.enter()
     if _set_subreaper():
         parent = os.getpid()  # this process: it stays behind as the supervisor
         _split_off_kernel(connection_file, info, owner_alive, owner, status_file)
+        if box is not None:
+            box.seal()
+            # The supervisor is outside the kernel's PID namespace, so this is
+            # 0 for good; were it to die, its namespace's init would end, and
+            # Linux with it every process of the namespace.
+            parent = os.getppid()
+    elif box is not None:
+        box.refuse("no child subreaper (Linux 3.4) to supervise the kernel")
     threading.Thread(
         target=_watch_parent, args=(parent, connection_file, info), daemon=True
     ).start()

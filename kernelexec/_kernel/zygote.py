@@ -19,8 +19,9 @@ random state, the same confinement and supervisor (``guard.protect``), then
 ipykernel's app on its own connection file, sockets and threads.
 
 Messages, owner to zygote: ``{"imports": [...]}`` first, then
-``{"fork": ID, "connection_file": ..., "cwd": ..., "env": {...}}`` (with one
-descriptor, the kernel's stderr) and ``{"release": PID}``. Zygote to owner:
+``{"fork": ID, "connection_file": ..., "cwd": ..., "env": {...}, "sandbox": {...}}``
+(with one descriptor, the kernel's stderr; ``sandbox``, the policy of a
+contained kernel, or null) and ``{"release": PID}``. Zygote to owner:
 ``{"ready": PID}`` or ``{"failed": why, "status": N}``; ``{"forked": ID, "pid": PID}``;
 ``{"exited": PID, "status": CODE}`` (``Popen.returncode`` style). An exited
 child stays a zombie until released, so its pid cannot be reused under the
@@ -105,6 +106,9 @@ def _warm(boot: Any, imports: list[str]) -> None:
             importlib.import_module(name)
     for name in ("guard", "streams", "caps", "exits", "fork"):
         boot.load(name)
+    # What every contained kernel applies: made once here, applied in each.
+    with contextlib.suppress(Exception):
+        boot.load("contain").prepare(boot.load)
     # ipykernel sets this before any code of the kernel's runs; pyplot reads it
     # when first imported, which is here.
     os.environ.setdefault("MPLBACKEND", _INLINE)
@@ -197,10 +201,11 @@ def _become_kernel(
         boot.load("fork").redirect(fds[0] if fds else None)
         os.environ.clear()
         os.environ.update(request["env"])
+        _forget_cached_dirs()
         os.chdir(request["cwd"])
         os.environ["PWD"] = os.getcwd()
         boot.load("fork").fresh_random()
-        _launch(boot, request["connection_file"], owner, owner_fd)
+        _launch(boot, request["connection_file"], owner, owner_fd, request.get("sandbox"))
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -218,11 +223,28 @@ def _become_kernel(
         os._exit(code)
 
 
-def _launch(boot: Any, connection_file: str, owner: int, owner_fd: int | None) -> None:
+def _forget_cached_dirs() -> None:
+    """Folders the zygote's imports found from its own environment, found again from the kernel's.
+
+    A contained kernel's temp and matplotlib dirs are its own (``TMPDIR``,
+    ``MPLCONFIGDIR``), not the zygote's, which it may not write.
+    """
+    tempfile: Any = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None
+    matplotlib = sys.modules.get("matplotlib")
+    for name in ("get_configdir", "get_cachedir"):
+        with contextlib.suppress(Exception):
+            getattr(matplotlib, name).cache_clear()
+
+
+def _launch(
+    boot: Any, connection_file: str, owner: int, owner_fd: int | None, policy: Any = None
+) -> None:
     guard = boot.load("guard")
     owner_alive = None if owner_fd is None else (lambda: not boot.load("fork").ended(owner_fd))
     # The owner, not the zygote (this process's parent), is who may release a fork.
-    guard.protect(connection_file, owner_alive=owner_alive, owner=owner)
+    guard.protect(connection_file, owner_alive=owner_alive, owner=owner, box=boot.box(policy))
     if owner_fd is not None:
         os.close(owner_fd)  # only the supervisor watches the owner
     sys.argv = [os.path.join(_HERE, "boot.py"), "-f", connection_file]

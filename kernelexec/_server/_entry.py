@@ -72,6 +72,7 @@ class Entry:
         return self.session.work_dir
 
     def info(self) -> SessionInfo:
+        policy = self.session.sandbox
         return SessionInfo(
             self.id,
             self.state,
@@ -80,6 +81,7 @@ class Entry:
             iso(self.created),
             iso(self.last_activity),
             self.executions,
+            None if policy is None else policy.to_dict(),
         )
 
     def to_dict(self) -> dict[str, Any]:

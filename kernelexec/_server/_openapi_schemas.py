@@ -223,6 +223,11 @@ def schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                     "type": "object",
                     "description": "the session options it was created with",
                 },
+                "sandbox": {
+                    "type": ["object", "null"],
+                    "description": "the containment of its kernel in force (kernelexec.Sandbox: "
+                    "read, write, network, memory, processes, open_files); null: uncontained",
+                },
                 "message": {
                     "type": "string",
                     "description": "suspended or culled: what became of its kernel and state",

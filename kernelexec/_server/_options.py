@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from .._backends import DockerBackend, GatewayBackend, KernelBackend
+from .._containment._sandbox import MIN_MEMORY as MIN_SANDBOX_MEMORY
+from .._containment._sandbox import Sandbox
 from .._exceptions import ConfigurationError
 from .._execution._models import Limits
 from .._session._async import AsyncSession
@@ -53,6 +55,7 @@ OPTION_FIELDS = (
     "limits",
     "docker",
     "gateway",
+    "sandbox",
 )
 _VENV_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 # A requirement as pip reads one: a name, extras, a version spec; no URL, path or option,
@@ -72,6 +75,7 @@ _MEMORY = re.compile(r"([0-9]{1,15})([bkmg]?)", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 MIN_MEMORY = 32 << 20  # a kernel does not start in less
 _DOCKER_KEYS = ("memory", "cpus", "pids_limit", "network")
+_SANDBOX_KEYS = ("network", "memory", "processes", "open_files")
 _MAX_PACKAGES = 64
 _MAX_PRELOAD = 100_000
 
@@ -131,6 +135,10 @@ class SessionPolicy:
         gateways: gateway URLs a session may run its kernel on (``--allow-gateway``).
         gateway_token: those gateways' token (``$KERNELEXEC_GATEWAY_TOKEN``).
         limits: the highest ``Limits`` a client may ask for.
+        sandbox: the containment of local kernels: a ``Sandbox`` (``--sandbox-read``,
+            ``--sandbox-memory``...; its limits are the highest a client may ask
+            for), False for none (``--no-sandbox``), None for the library's default.
+        network: sessions may ask for ``sandbox.network`` (``--allow-network``).
     """
 
     pythons: tuple[Path, ...] = ()
@@ -145,6 +153,8 @@ class SessionPolicy:
     gateways: tuple[str, ...] = ()
     gateway_token: str | None = field(default=None, repr=False)
     limits: Limits = field(default_factory=Limits)
+    sandbox: Sandbox | bool | None = None
+    network: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -176,6 +186,7 @@ class SessionOptions:
     limits: Limits | None = None
     docker: Mapping[str, Any] | None = None
     gateway: str | None = None
+    sandbox: Mapping[str, Any] | None = None
 
     @property
     def local(self) -> bool:
@@ -191,7 +202,7 @@ class SessionOptions:
                 value = dataclasses.asdict(value)
             elif name == "packages":
                 value = list(value) or None
-            elif name == "docker" and value is not None:
+            elif name in ("docker", "sandbox") and value is not None:
                 value = dict(value)
             if value is not None:
                 out[name] = value
@@ -222,7 +233,16 @@ class SessionOptions:
             )
         if backend is not None:
             kwargs["backend"] = backend
+        elif policy.sandbox is not None or self.sandbox:
+            kwargs["sandbox"] = self._sandbox(policy.sandbox)
         return kwargs
+
+    def _sandbox(self, base: Sandbox | bool | None) -> Sandbox | bool:
+        """The operator's sandbox with the client's choices (network, lower limits)."""
+        if base is False or not self.sandbox:
+            return True if base is None else base
+        chosen = base if isinstance(base, Sandbox) else Sandbox()
+        return dataclasses.replace(chosen, **self.sandbox)
 
 
 def library_has(name: str) -> bool:
@@ -245,6 +265,7 @@ def parse_options(data: Mapping[str, Any], policy: SessionPolicy) -> SessionOpti
     limits = _limits(data.get("limits"), policy.limits)
     docker = _docker(data.get("docker"), policy)
     gateway = _gateway(data.get("gateway"), policy)
+    sandbox = _sandbox(data.get("sandbox"), policy)
     local_env = {"python": python, "venv": venv, "packages": packages, "python_version": version}
     asked = sorted(name for name, value in local_env.items() if value)
     if docker is not None and gateway is not None:
@@ -255,7 +276,14 @@ def parse_options(data: Mapping[str, Any], policy: SessionPolicy) -> SessionOpti
             f"{', '.join(asked)} choose a local interpreter, but the kernel runs in {where}; "
             "leave them out"
         )
-    return SessionOptions(python, venv, packages, version, preload, limits, docker, gateway)
+    if sandbox is not None and (docker is not None or gateway is not None):
+        raise _invalid(
+            "sandbox contains a local kernel; a container has its own limits (docker), "
+            "and a gateway's kernel is its operator's"
+        )
+    return SessionOptions(
+        python, venv, packages, version, preload, limits, docker, gateway, sandbox
+    )
 
 
 def _string(value: Any, name: str, *, longest: int = 4096) -> str:
@@ -466,6 +494,59 @@ def _gateway(value: Any, policy: SessionPolicy) -> str | None:
     return url
 
 
+def _sandbox(value: Any, policy: SessionPolicy) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _invalid('sandbox must be an object, e.g. {"network": true}')
+    unknown = sorted(set(value) - set(_SANDBOX_KEYS))
+    if unknown:
+        raise _invalid(
+            f"unknown sandbox option(s) {', '.join(unknown)}; known: {', '.join(_SANDBOX_KEYS)}"
+        )
+    if policy.sandbox is False:
+        raise _invalid(
+            "this server's kernels are not contained (its operator passed --no-sandbox): "
+            "leave sandbox out"
+        )
+    caps = policy.sandbox if isinstance(policy.sandbox, Sandbox) else Sandbox()
+    chosen: dict[str, Any] = {}
+    network = value.get("network", False)
+    if not isinstance(network, bool):
+        raise _invalid("sandbox.network must be true or false")
+    if network and not policy.network:
+        raise _refused("kernels with a network (sandbox.network)", "--allow-network")
+    if network:
+        chosen["network"] = True
+    if "memory" in value:
+        memory = value["memory"]
+        try:
+            size = parse_memory(memory) if isinstance(memory, str) else memory
+        except ValueError as exc:
+            raise _invalid(f"sandbox.memory: {exc}") from None
+        chosen["memory"] = _within("memory", size, MIN_SANDBOX_MEMORY, caps.memory)
+    for name, least in (("processes", 16), ("open_files", 64)):
+        if name in value:
+            chosen[name] = _within(name, value[name], least, getattr(caps, name))
+    return chosen
+
+
+def _within(name: str, value: Any, least: int, cap: int | None) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < least
+        or (cap is not None and value > cap)
+    ):
+        most = (
+            "" if cap is None else f" to {cap:,} (the server's --sandbox-{name.replace('_', '-')})"
+        )
+        raise _invalid(f"sandbox.{name} must be a whole number from {least:,}{most}")
+    return value
+
+
 def options_schema(policy: SessionPolicy) -> dict[str, dict[str, Any]]:
     """The JSON Schema of each option, for ``CreateSession`` and the MCP tool."""
     text = {"type": "string", "minLength": 1, "pattern": "^[^\\x00]*$"}
@@ -536,5 +617,23 @@ def options_schema(policy: SessionPolicy) -> dict[str, dict[str, Any]]:
             "maxLength": 2048,
             "description": "a Jupyter gateway's URL to run the kernel on; only those the "
             "operator allows (--allow-gateway), else 403",
+        },
+        "sandbox": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "network": {"type": "boolean"},
+                "memory": {
+                    "anyOf": [
+                        {"type": "integer", "minimum": MIN_SANDBOX_MEMORY},
+                        {"type": "string", "pattern": "^[0-9]{1,15}[bkmgBKMG]?$"},
+                    ]
+                },
+                "processes": {"type": "integer", "minimum": 16},
+                "open_files": {"type": "integer", "minimum": 64},
+            },
+            "description": "the local kernel's containment (kernelexec.Sandbox): network "
+            "(needs --allow-network, else 403) and lower limits than the server's "
+            "(--sandbox-memory, --sandbox-processes, --sandbox-open-files)",
         },
     }

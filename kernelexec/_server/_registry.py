@@ -89,7 +89,12 @@ class Registry:
     def start_pool(self) -> None:
         """Starts filling the warm kernel pool, if the config asks for one."""
         if self.config.pool_size and self.pool is None:
-            self.pool = KernelPool(self.config.pool_size, preload=self.config.preload).start()
+            self.pool = KernelPool(
+                self.config.pool_size,
+                preload=self.config.preload,
+                sandbox=self.config.policy.sandbox,
+                work_root=self.root,
+            ).start()
 
     @property
     def closing(self) -> bool:

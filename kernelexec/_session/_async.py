@@ -10,6 +10,7 @@ from typing import Any, Literal, overload
 
 from .. import _telemetry
 from .._backends import KernelBackend
+from .._containment._sandbox import Sandbox
 from .._environment import kernel_env
 from .._exceptions import CheckpointError, ConfigurationError, SessionClosedError
 from .._execution._background import Execution, ExecutionStore, run_in_background
@@ -89,12 +90,21 @@ class AsyncSession:
             MB instead of a cold boot; Linux). None: on unless
             ``KERNELEXEC_ZYGOTE=0``. A configuration's first kernel starts
             cold while its zygote starts in the background.
+        sandbox: contain the local kernel (``kernelexec.Sandbox``: the files
+            it may read and write, the network, memory and processes), from
+            inside its own process, before any code runs. None (the default):
+            contained where this machine can (Linux 6.2 with Landlock, user
+            namespaces, seccomp), else uncontained, logged once; True: the
+            default ``Sandbox()``, or an error where it cannot be had; False:
+            not contained. A pool's sessions take the pool's. ``session.sandbox``
+            says the policy in force.
 
     Raises:
         ConfigurationError: a setting is unusable (a timeout that is not
             positive, a work dir that cannot be made, both ``backend`` and
             ``pool``, a package that is no requirement of the index: a path,
-            an archive, a URL or an option). Raised
+            an archive, a URL or an option; a ``sandbox`` this machine cannot
+            give, or given with ``backend``: give that its own). Raised
             by ``start`` (or the first execution): no such ``python_version``.
         EnvironmentBuildError: raised by ``start``: a package could not be
             installed; the message names it and says why.
@@ -121,6 +131,7 @@ class AsyncSession:
         python_version: str | None = None,
         venv: str | Path | None = None,
         zygote: bool | None = None,
+        sandbox: Sandbox | bool | None = None,
     ) -> None:
         if not timeout > 0 or not interrupt_grace > 0:
             raise ConfigurationError("timeout and interrupt_grace must be positive seconds")
@@ -128,6 +139,11 @@ class AsyncSession:
             raise ConfigurationError(
                 "give a session backend= or pool=, not both: a pool's kernels are local "
                 "processes, and a backend says where the session's kernel runs"
+            )
+        if backend is not None and sandbox is not None:
+            raise ConfigurationError(
+                "give a session backend= or sandbox=, not both: a LocalBackend takes its "
+                "own sandbox= (a Docker kernel is contained by Docker)"
             )
         # What the session is not told, it takes from the pool.
         config = KernelConfig.of(
@@ -139,6 +155,7 @@ class AsyncSession:
             packages=packages,
             python_version=python_version,
             venv=venv,
+            sandbox=sandbox,
             base=pool.config if pool is not None else None,
         )
         self._env_request = config.env_request()
@@ -238,6 +255,16 @@ class AsyncSession:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """The containment of the session's kernel; None where it runs uncontained.
+
+        Only local kernels of kernelexec's own are contained by kernelexec (a
+        Docker kernel by Docker; a gateway's by whoever runs the gateway).
+        """
+        found = getattr(self._backend, "sandbox", None)
+        return found if isinstance(found, Sandbox) else None
 
     @property
     def connection_info(self) -> dict[str, Any] | None:

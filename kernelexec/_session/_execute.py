@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _telemetry, _workdir
+from .._containment._hints import containment_note
 from .._execution._assemble import assemble, check_code, full_output_path
 from .._execution._background import ExecutionCancelled, mark_started
 from .._execution._languages import kernel_source, normalize_language
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult, Status
-from .._execution._reducer import ExecutionReducer
+from .._execution._reducer import ExecutionReducer, Folded
 from .._execution._run import Outcome, run_code
 from ._lifecycle import STATE_LOST, ensure_kernel, revive_if_dead, schedule_restart
 from ._transcript import code_cell, note_cell
@@ -119,8 +120,13 @@ async def _execute(
     if revived:
         notes.insert(0, revived)
         restarted = True
+    folded = outcome.reducer.finish()
+    if status in ("ok", "error"):  # a shell command's failure prints, and is "ok"
+        note = _contained(session, source, folded)
+        if note is not None:
+            notes.append(note)
     assembly = assemble(
-        outcome.reducer.finish(),
+        folded,
         status=status,
         language=language,
         work_dir=session.work_dir,
@@ -156,6 +162,20 @@ async def _execute(
     if outcome.ending == "cancelled":
         raise ExecutionCancelled(result)  # a CancelledError that keeps the result
     return result
+
+
+def _contained(session: AsyncSession, code: str, folded: Folded) -> str | None:
+    """The note saying a failure came from the session's sandbox, naming what allows it."""
+    sandbox = session.sandbox
+    if sandbox is None:
+        return None
+    text = f"{folded.stdout[-4000:]}\n{folded.stderr[-4000:]}"
+    if folded.error is not None:
+        text += f"\n{folded.error.ename}: {folded.error.evalue}\n"
+        text += "\n".join(folded.error.traceback[-5:])
+    return containment_note(
+        sandbox, work_dir=session.work_dir, code=code, text=text, raised=folded.error is not None
+    )
 
 
 def _judge(

@@ -82,6 +82,8 @@ async def ensure_kernel(session: AsyncSession) -> None:
                 await session._backend.start(cwd=session.work_dir, env=session._env)
             _telemetry.note_kernel(traced, session._backend, pooled=taken is not None)
         session._kernel_up = True
+        policy = session.sandbox
+        session._transcript.note("sandbox", None if policy is None else policy.to_dict())
 
 
 async def _make_environment(session: AsyncSession) -> None:
@@ -109,6 +111,7 @@ def local_backend(
         preload=config.preload,
         zygote=zygote,
         max_message_bytes=config.limits.max_message_bytes,
+        sandbox=config.policy() or False,
     )
 
 

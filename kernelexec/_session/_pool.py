@@ -15,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 
 from .._backends import LocalBackend
+from .._containment._platform import choose
+from .._containment._sandbox import Sandbox
 from .._environment import kernel_env
 from .._exceptions import ConfigurationError, KernelStartError
 from .._execution._models import Limits
@@ -35,6 +37,8 @@ class KernelConfig:
     the rest apply in this process, so they may differ. ``packages``,
     ``python_version`` and ``venv`` ask for an environment made for the
     kernel (``_venvs/_venv.py``); ``packages`` None asks for none.
+    ``sandbox`` is what was asked for (None: the default); ``policy()`` the
+    containment in force.
     """
 
     kernel_name: str = "python3"
@@ -45,6 +49,7 @@ class KernelConfig:
     packages: tuple[str, ...] | None = None
     python_version: str | None = None
     venv: str | None = None  # an absolute path
+    sandbox: Sandbox | bool | None = None
 
     @classmethod
     def of(
@@ -58,6 +63,7 @@ class KernelConfig:
         packages: Sequence[str] | None = None,
         python_version: str | None = None,
         venv: str | Path | None = None,
+        sandbox: Sandbox | bool | None = None,
         base: KernelConfig | None = None,
     ) -> KernelConfig:
         """The settings given; each one left None is ``base``'s (a pool's), or the default.
@@ -79,9 +85,18 @@ class KernelConfig:
             base.packages if packages is None else check_packages(packages),
             python_version if interpreter_given else base.python_version,
             base.venv if venv is None else _absolute(venv),
+            base.sandbox if sandbox is None else sandbox,
         )
         config.env_request()  # a malformed request fails here, at construction
         return config
+
+    def policy(self) -> Sandbox | None:
+        """The containment of this configuration's kernels (None: uncontained).
+
+        Raises:
+            ConfigurationError: a sandbox was asked for and cannot be had.
+        """
+        return choose(self.sandbox, ours=self.kernel_name == "python3" or self.python is not None)
 
     def env_request(self) -> EnvRequest | None:
         """The environment to make for the kernel; None when it runs in ``python`` as is.
@@ -126,6 +141,9 @@ class KernelConfig:
             )
             if mine != theirs
         ]
+        mine_policy, theirs_policy = self.policy(), other.policy()
+        if mine_policy != theirs_policy:
+            found.append(f"sandbox={mine_policy!r} (the pool's: {theirs_policy!r})")
         names = _changed(dict(self.env), dict(other.env))
         if names:
             found.append(f"env with other values for {', '.join(names)}")
@@ -151,6 +169,16 @@ def _shown(value: str | tuple[str, ...] | None) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(map(_shown, value)) + "]"
     return repr(value if len(value) <= 60 else value[:57] + "...")
+
+
+def _umask() -> int:
+    """This process's umask (a slot renamed to a work dir keeps the mode mkdir gives)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as file:
+            for line in file:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    return 0o022
 
 
 def _absolute(venv: str | Path) -> str:
@@ -181,6 +209,15 @@ class KernelPool:
             found made) once, before the first kernel starts.
         startup_timeout: seconds a new kernel (and its preload) may take.
         zygote: fork the pool's kernels from a zygote, as for ``AsyncSession``.
+        sandbox: contain the pool's kernels, as for ``AsyncSession``. A
+            contained kernel may write only the folder it started in: each
+            waits in a folder of its own, which becomes the session's work dir
+            when a session takes it (renamed there: the session's work dir must
+            be new or empty, and on the file system of ``work_root``). A
+            session whose work dir is not starts its own kernel.
+        work_root: where the sessions' work dirs are; the pool makes a folder
+            of its own in it, for its waiting kernels. Default: the temp dir,
+            where a session's default work dir is made.
         refill_delay: seconds between taking a kernel and starting its
             replacement, so a kernel's boot (a CPU-second of imports) does not
             slow the session that was just handed one.
@@ -204,11 +241,14 @@ class KernelPool:
         startup_timeout: float = 60.0,
         refill_delay: float = 1.0,
         zygote: bool | None = None,
+        sandbox: Sandbox | bool | None = None,
+        work_root: str | Path | None = None,
     ) -> None:
         if size < 1:
             raise ConfigurationError("KernelPool size must be at least 1")
         self.size = size
         self._zygote = zygote
+        self._work_root = None if work_root is None else Path(work_root)
         self.config = KernelConfig.of(
             kernel_name=kernel_name,
             python=python,
@@ -218,7 +258,9 @@ class KernelPool:
             packages=packages,
             python_version=python_version,
             venv=venv,
+            sandbox=sandbox,
         )
+        self.sandbox = self.config.policy()
         self._env_request = self.config.env_request()
         self._env_python: str | None = None
         self._env_lock = asyncio.Lock()
@@ -285,14 +327,21 @@ class KernelPool:
         )
 
     async def take(self, cwd: Path) -> LocalBackend | None:
-        """A ready kernel, moved to ``cwd``; None when none is ready (start one cold)."""
+        """A ready kernel, moved to ``cwd``; None when none is ready (start one cold).
+
+        None too when a contained kernel cannot take ``cwd`` (not empty, or
+        on another file system): the kernel stays in the pool.
+        """
         while self._ready:
             backend = self._ready.popleft()
-            self._refill(delay=self.refill_delay)
             if not await backend.is_alive():
+                self._refill(delay=self.refill_delay)
                 await backend.shutdown()
                 continue
-            backend.move_to(cwd)
+            if not backend.take_work_dir(cwd):
+                self._ready.appendleft(backend)
+                return None
+            self._refill(delay=self.refill_delay)
             return backend
         self._refill()
         return None
@@ -325,7 +374,7 @@ class KernelPool:
             await asyncio.sleep(delay)
         if self._home is None:
             # Where waiting kernels sit until a session moves them to its work dir.
-            self._home = Path(tempfile.mkdtemp(prefix="kernelexec-pool-"))
+            self._home = Path(tempfile.mkdtemp(prefix="kernelexec-pool-", dir=self._work_root))
         try:
             python = await self._python()
         except ConfigurationError as exc:  # the environment could not be made
@@ -340,9 +389,15 @@ class KernelPool:
             preload=self.config.preload,
             zygote=self._zygote,
             max_message_bytes=self.config.limits.max_message_bytes,
+            sandbox=self.sandbox or False,
         )
+        # A contained kernel's folder becomes its session's work dir; others share the home.
+        cwd = self._home
+        if self.sandbox is not None:
+            cwd = Path(tempfile.mkdtemp(prefix="kernel-", dir=self._home))
+            cwd.chmod(0o777 & ~_umask())
         try:
-            await backend.start(cwd=self._home, env=self._env)
+            await backend.start(cwd=cwd, env=self._env)
             await backend.warm_up()
         except KernelStartError as exc:
             self.last_error = str(exc)

@@ -115,6 +115,13 @@ async def fork_session(
             raise KernelStartError("the kernel has died; there is no state to fork")
         backend = parent._backend
         can_fork = isinstance(backend, LocalBackend) and backend.can_fork()
+        contained = parent.sandbox is not None
+        if method == "process" and contained:
+            raise ConfigurationError(
+                "a contained kernel cannot be forked as a process: the copy would keep its "
+                "file access, which only narrows, so it could not write a work dir of its "
+                "own; use method='auto' or 'checkpoint', or a session with sandbox=False"
+            )
         if method == "process" and not can_fork:
             raise ConfigurationError(
                 f"this {type(backend).__name__} kernel cannot be forked as a process "
@@ -132,6 +139,11 @@ async def fork_session(
         left_behind: tuple[str, ...] = ()
         if method == "checkpoint":
             reason: str | None = "a checkpoint was asked for (method='checkpoint')"
+        elif contained:
+            reason = (
+                "the kernel is contained, and a process fork would keep its file access "
+                "(sandbox=False forks the process)"
+            )
         elif not can_fork:
             reason = f"a {type(backend).__name__} kernel cannot be forked as a process"
         else:

@@ -102,6 +102,12 @@ class Transcript:
         self._code_cells = sum(1 for c in cells if c.get("cell_type") == "code")
         self._earlier_sessions = _sessions_in(cells)
 
+    def note(self, name: str, value: Any) -> None:
+        """Records ``value`` as ``name`` in the notebook's ``kernelexec`` metadata (next write)."""
+        ours = dict(self._metadata.get("kernelexec") or {})
+        ours[name] = value
+        self._metadata["kernelexec"] = ours
+
     @property
     def code_cells(self) -> int:
         """How many code cells the notebook holds, earlier sessions' included."""

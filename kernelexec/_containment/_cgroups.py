@@ -1,0 +1,127 @@
+"""A contained kernel's memory and processes counted together: a cgroup per kernel start.
+
+Where this process may make cgroups (cgroup v1's ``memory`` and ``pids``
+controllers, writable by root), each contained kernel gets one of each,
+below this process's own (so an outer limit still holds): the supervisor joins
+them before it forks, so the kernel and everything it starts count together,
+and the whole tree is held to ``memory`` (Linux's OOM killer ends a process
+of the tree, the kernel first, when it is passed) and ``processes``. They are
+removed once the tree has ended. Where it may not (not root; cgroup v2, whose
+delegation this does not do yet), the kernel falls back on rlimits, per
+process: ``RLIMIT_DATA`` for memory, and ``RLIMIT_NPROC``, which Linux counts
+per user namespace, so per kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+from pathlib import Path
+
+__all__ = ["KernelCgroups"]
+
+_ROOT = Path("/sys/fs/cgroup")
+_COUNTER = itertools.count(1)
+_REMOVE_WITHIN = 2.0  # seconds: the tree's processes leave the cgroup as they are reaped
+
+
+class KernelCgroups:
+    """The ``memory`` and ``pids`` cgroups of one kernel start (either may be missing)."""
+
+    def __init__(self, folders: dict[str, Path]) -> None:
+        self.folders = folders
+
+    @classmethod
+    def make(cls, memory: int | None, processes: int | None) -> KernelCgroups:
+        """New cgroups holding these limits; none where they cannot be made."""
+        made: dict[str, Path] = {}
+        name = f"kernelexec-{os.getpid()}-{next(_COUNTER)}"
+        for controller, limits in (
+            ("memory", {"memory.limit_in_bytes": memory}),
+            ("pids", {"pids.max": processes}),
+        ):
+            wanted = {k: v for k, v in limits.items() if v is not None}
+            parent = _own(controller)
+            if not wanted or parent is None:
+                continue
+            folder = parent / name
+            try:
+                folder.mkdir()
+            except OSError:
+                continue  # not ours to make: rlimits instead
+            try:
+                for key, value in wanted.items():
+                    (folder / key).write_text(str(value))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+                continue
+            made[controller] = folder
+        return cls(made)
+
+    @property
+    def memory(self) -> bool:
+        return "memory" in self.folders
+
+    def paths(self) -> list[str]:
+        """The folders the supervisor joins (writes itself into ``cgroup.procs``)."""
+        return [str(p) for p in self.folders.values()]
+
+    def out_of_memory(self) -> bool:
+        """Whether Linux's OOM killer ended a process of the tree for passing the limit."""
+        folder = self.folders.get("memory")
+        if folder is None:
+            return False
+        with contextlib.suppress(OSError, ValueError):
+            for line in (folder / "memory.oom_control").read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value) > 0
+        return False
+
+    def remove_when_empty(self) -> None:
+        """Removes the cgroups now, or from a thread once their last processes are reaped."""
+        busy = {}
+        for controller, folder in self.folders.items():
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                busy[controller] = folder
+        self.folders = busy
+        if busy:
+            threading.Thread(target=self.remove, name="kernelexec-cgroups", daemon=True).start()
+
+    def remove(self) -> None:
+        """Removes the cgroups, once their processes are gone (within a moment)."""
+        deadline = time.monotonic() + _REMOVE_WITHIN
+        for folder in self.folders.values():
+            while True:
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break  # still busy: kernelexec cleanup removes it later
+                    time.sleep(0.02)
+        self.folders = {}
+
+
+def _own(controller: str) -> Path | None:
+    """This process's cgroup folder of a cgroup v1 ``controller``; None without one."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            folder = _ROOT / controller / path.lstrip("/")
+            return folder if folder.is_dir() else None
+    return None

@@ -1,0 +1,97 @@
+"""When a contained kernel's code fails on its containment: a note naming the option that allows it.
+
+The cell keeps the operating system's error as it came (``PermissionError``,
+``Network is unreachable``); the result's ``message`` adds what an agent (or
+its developer) cannot guess from it: that the session is contained, and which
+option would allow the action. Read from the error and what the code printed,
+so a shell command's failure (``cat: ...: Permission denied``, pip's
+``Failed to establish a new connection``) is seen too. A failure that the
+containment did not cause (a path missing, a file of the work dir made
+read-only) gets no note.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ._sandbox import Sandbox
+
+__all__ = ["containment_note"]
+
+_DENIED = re.compile(
+    r"\[Errno 13\] Permission denied: '(?P<py>[^']+)'"
+    r"|(?P<sh>/[^\s:'\"]+)'?: Permission denied"
+)
+_NOT_PERMITTED = re.compile(r"\[Errno 1\] Operation not permitted|Operation not permitted")
+_OFFLINE = re.compile(
+    r"Network is unreachable|Temporary failure in name resolution|"
+    r"Name or service not known|No address associated with hostname|"
+    r"\[Errno -3\]|\[Errno 101\]|Could not resolve host|getaddrinfo failed"
+)
+_LOOPBACK_REFUSED = re.compile(
+    r"(?:127\.0\.0\.1|localhost|\[::1\]|::1)[^\n]*(?:Connection refused|Errno 111)"
+    r"|(?:Connection refused|Errno 111)[^\n]*(?:127\.0\.0\.1|localhost|::1)"
+)
+_INSTALLS = re.compile(r"\b(?:pip3?|uv pip|conda|mamba)\s+install\b")
+
+
+def containment_note(
+    sandbox: Sandbox, *, work_dir: Path, code: str, text: str, raised: bool
+) -> str | None:
+    """A sentence for the result's message when the failure came from ``sandbox``; else None.
+
+    Args:
+        sandbox: the session's policy.
+        work_dir: its work dir (a denial there is the file's own mode, not the sandbox).
+        code: the code that ran.
+        text: what it printed, and its error (name, value, the traceback's end).
+        raised: whether the execution ended with an error.
+    """
+    if not sandbox.network and _OFFLINE.search(text):
+        if _INSTALLS.search(code):
+            return (
+                "This session's kernel is contained and has no network, so packages cannot "
+                "be installed from it: ask for them when the session is made (packages=[...]; "
+                "the environment is made outside the sandbox), or give it a network "
+                "(Sandbox(network=True); kernelexec serve: --allow-network)."
+            )
+        return (
+            "This session's kernel is contained and has no network (only its own loopback): "
+            "give it one with sandbox=Sandbox(network=True) (kernelexec serve: a session's "
+            'sandbox {"network": true}, allowed by --allow-network).'
+        )
+    if not sandbox.network and _LOOPBACK_REFUSED.search(text):
+        return (
+            "This session's kernel is contained: its 127.0.0.1 is a loopback of its own, not "
+            "this machine's, so this machine's services cannot be reached there; "
+            "sandbox=Sandbox(network=True) shares this machine's network."
+        )
+    denied = _denied_path(text, work_dir)
+    if denied is not None:
+        return (
+            f"This session's kernel is contained: {denied} is outside what it may use (it "
+            "reads Python's and the system's files, its work dir and its temp dir, and writes "
+            "only those two). To let it read a folder, give the session "
+            "sandbox=Sandbox(read=[...]) (kernelexec serve: --sandbox-read PATH); to write "
+            "one, Sandbox(write=[...])."
+        )
+    if _NOT_PERMITTED.search(text) and raised:
+        return (
+            "This session's kernel is contained: it cannot make namespaces, mount file "
+            "systems, trace or signal processes outside its own, or gain privileges "
+            "(sandbox=False runs a kernel uncontained)."
+        )
+    return None
+
+
+def _denied_path(text: str, work_dir: Path) -> str | None:
+    for found in _DENIED.finditer(text):
+        path = found.group("py") or found.group("sh")
+        if not path or not path.startswith("/"):
+            continue  # a relative path is in the work dir: not the sandbox's doing
+        try:
+            Path(path).resolve().relative_to(work_dir.resolve())
+        except ValueError:
+            return path
+    return None
