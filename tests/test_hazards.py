@@ -51,4 +51,4 @@ def test_openmp_detection() -> None:
     assert found is not None and found["blocks"] and "2 threads" in found["text"]
     assert hazards.openmp_hazard(libgomp, [None]) is not None  # unknown: assumed
     # And this process, which has no GPU driver open: nothing.
-    assert hazards.cuda_hazard(hazards._fd_targets(), []) is None
+    assert hazards.cuda_hazard(hazards._fds().values(), []) is None

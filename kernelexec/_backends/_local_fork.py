@@ -111,15 +111,22 @@ async def _ask_to_fork(
                 raise KernelStartError(
                     f"the kernel's fork did not come within {parent.startup_timeout:g} s"
                 )
-            item = await channels.receive(0.05 if forked.done() else 0.2)
-            if item is None:
-                if not await parent.is_alive():
-                    raise KernelStartError(f"the kernel died ({parent.exit_reason()})")
-                if hazards is not None and not forked.done() and not witness.anything_new():
+            if hazards is not None:
+                # The reply came: a fork that connects comes within moments, a new
+                # process below the kernel from the moment the kernel answered.
+                if not forked.done() and not witness.anything_new():
                     raise KernelStartError(
                         "the kernel said it forked, but no new process is below it "
                         "(its fork handler was replaced?); nothing was forked"
                     )
+                await asyncio.wait({forked}, timeout=0.2)
+                if not forked.done() and not await parent.is_alive():
+                    raise KernelStartError(f"the kernel died ({parent.exit_reason()})")
+                continue
+            item = await channels.receive(0.05 if forked.done() else 0.2)
+            if item is None:
+                if not await parent.is_alive():
+                    raise KernelStartError(f"the kernel died ({parent.exit_reason()})")
                 continue
             channel, msg = item
             if msg["parent_header"].get("msg_id") != msg_id:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import threading
 from collections.abc import Iterable
@@ -46,19 +47,19 @@ _GPU_FRAMEWORKS = ("torch", "cupy", "jax", "tensorflow", "numba", "pycuda")
 # that defines the thread's class or its target.
 _KERNEL_MODULES = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "kernelexec_")
 _LOOKS = 3  # reads of a thread's place before "running" counts against it
-_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 _MOST = 8  # items named in one hazard's text
 
 
 def detect(own_children: Iterable[int] = (), own_ports: Iterable[int] = ()) -> list[dict[str, Any]]:
     """Every hazard in this process; ``own_*`` are the kernel's own (earlier forks, its ports)."""
     found: list[dict[str, Any]] = []
+    fds = _fds()
     for look in (
-        lambda: cuda_hazard(_fd_targets(), sys.modules),
+        lambda: cuda_hazard(fds.values(), sys.modules),
         lambda: openmp_hazard(_libgomp_ranges(), _thread_places()),
         _threads_hazard,
         lambda: _children_hazard(set(own_children)),
-        lambda: _sockets_hazard(set(own_ports)),
+        lambda: _sockets_hazard(fds, set(own_ports)),
     ):
         try:
             hazard = look()
@@ -106,11 +107,12 @@ def openmp_hazard(
     }
 
 
-def _fd_targets() -> list[str]:
-    targets = []
+def _fds() -> dict[int, str]:
+    """This process's descriptors and what each points at."""
+    targets = {}
     for name in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
-            targets.append(os.readlink(f"/proc/self/fd/{name}"))
+            targets[int(name)] = os.readlink(f"/proc/self/fd/{name}")
     return targets
 
 
@@ -207,19 +209,22 @@ def _children_hazard(own: set[int]) -> dict[str, Any] | None:
     }
 
 
-def _sockets_hazard(own_ports: set[int]) -> dict[str, Any] | None:
-    mine = set()
-    for target in _fd_targets():
-        if target.startswith("socket:["):
-            mine.add(target[8:-1])
+def _sockets_hazard(fds: dict[int, str], own_ports: set[int]) -> dict[str, Any] | None:
+    # Each socket asked itself (a few calls each), not the namespace's whole TCP
+    # table, which on a busy machine takes milliseconds to read.
     ports = set()
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        with contextlib.suppress(OSError), open(table) as file:
-            next(file, None)
-            for line in file:
-                fields = line.split()
-                if len(fields) > 9 and fields[3] == _LISTEN and fields[9] in mine:
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    for fd, target in fds.items():
+        if not target.startswith("socket:["):
+            continue
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        with sock, contextlib.suppress(OSError):
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_ACCEPTCONN
+            ):
+                ports.add(int(sock.getsockname()[1]))
     ports -= own_ports
     if not ports:
         return None
