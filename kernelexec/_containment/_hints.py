@@ -12,6 +12,7 @@ read-only) gets no note.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -19,9 +20,11 @@ from ._sandbox import Sandbox
 
 __all__ = ["containment_note"]
 
+# Landlock refuses with EACCES; a write outside the writable paths meets a
+# read-only mount first (EROFS).
 _DENIED = re.compile(
-    r"\[Errno 13\] Permission denied: '(?P<py>[^']+)'"
-    r"|(?P<sh>/[^\s:'\"]+)'?: Permission denied"
+    r"\[Errno (?:13|30)\] (?:Permission denied|Read-only file system): '(?P<py>[^']+)'"
+    r"|(?P<sh>/[^\s:'\"]+)'?: (?:Permission denied|Read-only file system)"
 )
 _NOT_PERMITTED = re.compile(r"\[Errno 1\] Operation not permitted|Operation not permitted")
 _OFFLINE = re.compile(
@@ -29,10 +32,9 @@ _OFFLINE = re.compile(
     r"Name or service not known|No address associated with hostname|"
     r"\[Errno -3\]|\[Errno 101\]|Could not resolve host|getaddrinfo failed"
 )
-_LOOPBACK_REFUSED = re.compile(
-    r"(?:127\.0\.0\.1|localhost|\[::1\]|::1)[^\n]*(?:Connection refused|Errno 111)"
-    r"|(?:Connection refused|Errno 111)[^\n]*(?:127\.0\.0\.1|localhost|::1)"
-)
+_REFUSED = re.compile(r"Connection refused|Errno 111|ConnectionRefusedError")
+# This machine's own addresses, named in the code or in what it printed.
+_LOOPBACK = re.compile(r"127\.\d+\.\d+\.\d+|\blocalhost\b|\[?::1\]?|0\.0\.0\.0")
 _INSTALLS = re.compile(r"\b(?:pip3?|uv pip|conda|mamba)\s+install\b")
 
 
@@ -61,7 +63,7 @@ def containment_note(
             "give it one with sandbox=Sandbox(network=True) (kernelexec serve: a session's "
             'sandbox {"network": true}, allowed by --allow-network).'
         )
-    if not sandbox.network and _LOOPBACK_REFUSED.search(text):
+    if not sandbox.network and _REFUSED.search(text) and _LOOPBACK.search(f"{code}\n{text}"):
         return (
             "This session's kernel is contained: its 127.0.0.1 is a loopback of its own, not "
             "this machine's, so this machine's services cannot be reached there; "
@@ -86,12 +88,15 @@ def containment_note(
 
 
 def _denied_path(text: str, work_dir: Path) -> str | None:
+    roots = {os.path.normpath(work_dir), os.path.realpath(work_dir)}
     for found in _DENIED.finditer(text):
         path = found.group("py") or found.group("sh")
-        if not path or not path.startswith("/"):
-            continue  # a relative path is in the work dir: not the sandbox's doing
-        try:
-            Path(path).resolve().relative_to(work_dir.resolve())
-        except ValueError:
+        if not path:
+            continue
+        # Compared by name only: a path the kernel printed is never looked up
+        # here (it may name anything of this machine's, /proc/self/... too).
+        # A relative one is from the work dir, where the kernel runs.
+        inside = os.path.normpath(os.path.join(work_dir, path)) + "/"
+        if not any(inside.startswith(root + "/") for root in roots):
             return path
     return None

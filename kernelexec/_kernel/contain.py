@@ -81,6 +81,9 @@ _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS and NO_CAP_AMBIENT_RAISE, each with its lock.
 _SECUREBITS = 0b11101111
 _CAPABILITY_VERSION_3 = 0x20080522
+_MOUNT_SETATTR = 442  # the same number on every architecture
+_AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
+_MOUNT_ATTR_RDONLY = 0x1
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP, _IFF_LOOPBACK, _IFF_RUNNING = 0x1, 0x8, 0x40
 
@@ -156,6 +159,7 @@ class Box:
         cwd = os.getcwd()
         # Made by a user namespace of less privilege, this mount namespace's
         # mounts are slaves of the owner's: nothing mounted here goes out.
+        _read_only_but(write)
         _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
         if not network:
             _mount("sysfs", "/sys", "sysfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
@@ -286,6 +290,26 @@ def _mask(folder: str, kept: Iterable[str]) -> None:
             os.close(fd)
 
 
+def _read_only_but(writable: Iterable[str]) -> None:
+    """Every mount read-only, but for ``writable`` paths, each bound onto itself first.
+
+    Landlock has no right for a file's metadata: without this, the kernel
+    could still ``chmod``, ``utime`` or set extended attributes on any file its
+    uid owns (a setuid bit on a root-owned program, a secret made readable to
+    all). A read-only mount refuses them all (``EROFS``). The binds are made
+    while their mounts are still writable: a mount copied from the owner's
+    namespace read-only is locked so, and so is a bind of it.
+    """
+    kept = []
+    for path in writable:
+        if os.path.exists(path):
+            _mount(path, path, None, _MS_BIND | _MS_REC)
+            kept.append(path)
+    _set_mount(b"/", _MOUNT_ATTR_RDONLY, 0, recursive=True)
+    for path in kept:
+        _set_mount(os.fsencode(path), 0, _MOUNT_ATTR_RDONLY, recursive=False)
+
+
 def _loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH22x", b"lo", _IFF_UP | _IFF_LOOPBACK | _IFF_RUNNING)
@@ -386,6 +410,16 @@ def _mount(
 
     if _libc().mount(text(source), text(target), text(kind), flags, text(options)) != 0:
         raise _error(f"mounting {kind or source} on {target}")
+
+
+def _set_mount(path: bytes, attr_set: int, attr_clear: int, *, recursive: bool) -> None:
+    """``mount_setattr(2)`` (Linux 5.12): sets and clears flags of the mount at ``path``."""
+    # struct mount_attr {u64 attr_set, attr_clr, propagation, userns_fd}
+    attr = (ctypes.c_uint64 * 4)(attr_set, attr_clear, 0, 0)
+    flags = _AT_RECURSIVE if recursive else 0
+    done = _libc().syscall(_MOUNT_SETATTR, _AT_FDCWD, path, flags, attr, ctypes.c_size_t(32))
+    if done != 0:
+        raise _error(f"mount_setattr on {os.fsdecode(path)}")
 
 
 def _write(path: str, text: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
+from .._containment._sandbox import Sandbox
 from .._execution._background import Execution, ExecutionEvent, ExecutionState
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult
@@ -252,6 +253,11 @@ class Session:
     @property
     def closed(self) -> bool:
         return self._async.closed
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """See ``AsyncSession.sandbox``."""
+        return self._async.sandbox
 
     @property
     def connection_info(self) -> dict[str, Any] | None:

@@ -1,0 +1,403 @@
+"""A contained kernel's code attacks its host: files, network, processes; nothing gives.
+
+Each attack runs inside a kernel contained with ``sandbox=True``, started each
+way a kernel comes to be: spawned, forked from a zygote, a ``session.fork()``
+copy and a session restored from a checkpoint. The host plants what the
+kernel must not reach (a secret in ``$HOME``, another session's work dir, a
+checkpoint store, a port listening on 127.0.0.1 standing in for ``serve``) and
+the kernel reports, as JSON, what each attempt raised. The kernel never tries
+an address other than 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import warm_zygote
+
+from kernelexec import Sandbox, Session
+from kernelexec._backends import _zygote
+from kernelexec._backends._local import LocalBackend
+from kernelexec._containment._platform import support
+from kernelexec._kernel.guard import descendants
+
+pytestmark = pytest.mark.skipif(
+    not support().ok, reason=f"this machine cannot contain a kernel: {support().why_not()}"
+)
+
+KINDS = ["spawned", "forked", "fork-copy", "restored"]
+
+
+@dataclass
+class Host:
+    """What the host planted for the kernel to go after."""
+
+    secret: Path  # in $HOME
+    neighbour: Path  # another session's work dir, a file in it
+    store: Path  # a checkpoint store, a file in it
+    outside: Path  # a folder outside the work dir, a file in it
+    port: int  # listening on 127.0.0.1
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+    root = tmp_path_factory.mktemp("host")
+    secret = Path.home() / f".kernelexec-test-secret-{uuid.uuid4().hex}"
+    secret.write_text("kx-home-secret")
+    secret.chmod(0o600)
+    for name in ("neighbour", "store", "outside"):
+        (root / name).mkdir()
+        (root / name / "file").write_text(f"kx-{name}-secret")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    try:
+        yield Host(
+            secret,
+            root / "neighbour",
+            root / "store",
+            root / "outside",
+            listener.getsockname()[1],
+        )
+    finally:
+        listener.close()
+        secret.unlink()
+
+
+def _start(kind: str, work: Path, **options: Any) -> tuple[Session, list[Session]]:
+    """A contained session started as ``kind``; and the sessions to close after it."""
+    sandbox = options.pop("sandbox", True)
+    if kind == "forked":
+        warm_zygote()
+    if kind in ("spawned", "forked"):
+        session = Session(work, sandbox=sandbox, timeout=60, **options).start()
+        assert _backend(session).forked is (kind == "forked")
+        return session, [session]
+    parent = Session(work.with_name(work.name + "-parent"), sandbox=sandbox, timeout=60).start()
+    parent.execute("kept = 41")
+    if kind == "fork-copy":
+        child = parent.fork(work)
+        assert child.fork_report is not None and child.fork_report.method == "checkpoint"
+    else:
+        saved = parent.checkpoint()
+        child = Session.restore(saved, work, sandbox=sandbox, timeout=60)
+    assert child.execute("print(kept + 1)").stdout.strip() == "42"
+    return child, [child, parent]
+
+
+def _backend(session: Session) -> LocalBackend:
+    backend = session._async._backend
+    assert isinstance(backend, LocalBackend)
+    return backend
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def contained(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Session]:
+    kind = str(request.param)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KERNELEXEC_ZYGOTE", "0" if kind == "spawned" else "1")
+        session, opened = _start(kind, tmp_path_factory.mktemp(kind) / "work")
+        try:
+            yield session
+        finally:
+            for each in opened:
+                each.close()
+
+
+def attempt(session: Session, code: str) -> Any:
+    """Runs ``code`` (which sets ``found``) in the kernel; ``found``, as JSON."""
+    body = "\n".join("    " + line for line in code.strip().splitlines())
+    source = f"""
+import json, os
+def _attempt():
+    def tried(action, *args, **kwargs):
+        try:
+            value = action(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001
+            return f"{{type(exc).__name__}}: {{exc}}"
+        return ["ok", value if isinstance(value, (str, int, list, type(None))) else repr(value)]
+{body}
+    return found
+print(json.dumps(_attempt()))
+del _attempt
+"""
+    result = session.execute(source)
+    assert result.status == "ok", result.text
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def denied(outcome: Any) -> bool:
+    return isinstance(outcome, str) and outcome.split(":")[0] in (
+        "PermissionError",
+        "OSError",
+        "FileNotFoundError",
+        "ProcessLookupError",
+    )
+
+
+# -- 1. files
+
+
+def test_the_policy_is_the_sessions_and_code_runs(contained: Session) -> None:
+    assert contained.sandbox == Sandbox()
+    assert contained.execute("1 + 1").text.strip() == "2"
+
+
+def test_secrets_of_the_home_another_session_and_the_store_are_not_read(
+    contained: Session, host: Host
+) -> None:
+    targets = {
+        "home": str(host.secret),
+        "home_dir": str(Path.home()),
+        "neighbour": str(host.neighbour / "file"),
+        "neighbour_dir": str(host.neighbour),
+        "store": str(host.store / "file"),
+        "work_root": str(contained.work_dir.parent),
+    }
+    found = attempt(
+        contained,
+        f"""
+targets = {targets!r}
+found = {{}}
+for name, path in targets.items():
+    if name.endswith("_dir") or name == "work_root":
+        found[name] = tried(os.listdir, path)
+    else:
+        found[name] = tried(lambda p: open(p).read(), path)
+# The namespace's init was forked before the kernel's mounts: its root is the host's.
+found["init_root"] = tried(lambda p: open(p).read(), "/proc/1/root" + targets["home"])
+found["init_cwd"] = tried(os.listdir, "/proc/1/cwd")
+""",
+    )
+    for name, outcome in found.items():
+        assert denied(outcome), f"{name}: {outcome}"
+
+
+def test_writes_outside_the_work_dir_fail_by_any_path(contained: Session, host: Host) -> None:
+    outside = host.outside
+    work = contained.work_dir
+    found = attempt(
+        contained,
+        f"""
+import tempfile
+outside, work = {str(outside)!r}, {str(work)!r}
+def write(path):
+    with open(path, "w") as file:
+        file.write("kx-written")
+found = {{}}
+found["work"] = tried(write, "in-work.txt")
+found["temp"] = tried(lambda: tempfile.mkstemp()[1])
+found["shm"] = tried(write, "/dev/shm/kx")
+found["outside"] = tried(write, outside + "/file")
+found["new_outside"] = tried(write, outside + "/new")
+found["tmp"] = tried(write, "/tmp/kx-" + os.urandom(4).hex())
+found["dotdot"] = tried(write, "../escaped.txt")
+found["symlink_made"] = tried(os.symlink, outside + "/file", "link")
+found["symlink"] = tried(write, "link")
+found["dir_symlink_made"] = tried(os.symlink, outside, "linked-dir")
+found["dir_symlink"] = tried(write, "linked-dir/new")
+found["hardlink"] = tried(os.link, outside + "/file", "hard")
+found["rename_out"] = tried(os.rename, "in-work.txt", outside + "/moved")
+found["rename_dir_out"] = tried(os.rename, work, outside + "/work")
+found["chmod_outside"] = tried(os.chmod, outside + "/file", 0o777)
+found["unlink_outside"] = tried(os.unlink, outside + "/file")
+found["etc"] = tried(write, "/etc/kx-written")
+found["python"] = tried(write, os.path.dirname(os.__file__) + "/kx-written.py")
+""",
+    )
+    assert found["work"][0] == "ok", found
+    assert found["temp"][0] == "ok", found
+    assert found["shm"][0] == "ok", found
+    assert found["symlink_made"][0] == "ok", found  # a link in the work dir is the kernel's own
+    for name in (
+        "outside",
+        "new_outside",
+        "tmp",
+        "dotdot",
+        "symlink",
+        "dir_symlink",
+        "hardlink",
+        "rename_out",
+        "rename_dir_out",
+        "chmod_outside",
+        "unlink_outside",
+        "etc",
+        "python",
+    ):
+        assert denied(found[name]), f"{name}: {found[name]}"
+    assert (outside / "file").read_text() == "kx-outside-secret"
+    assert sorted(p.name for p in outside.iterdir()) == ["file"]
+    assert not (work.parent / "escaped.txt").exists()
+    assert (work / "in-work.txt").read_text() == "kx-written"
+
+
+def test_a_denied_read_or_write_names_the_option_that_allows_it(
+    contained: Session, host: Host
+) -> None:
+    result = contained.execute(f"open({str(host.outside / 'file')!r}).read()")
+    assert result.status == "error"
+    assert result.error is not None and result.error.ename == "PermissionError"
+    assert "Sandbox(read=[...])" in result.text, result.text
+    result = contained.execute("open('../escaped.txt', 'w')")
+    assert result.status == "error" and "Sandbox(write=[...])" in result.text, result.text
+    result = contained.execute("open('mine.txt', 'w').write('x'); open('mine.txt').read(9)")
+    assert result.status == "ok" and "contained" not in result.text, result.text
+
+
+# -- 2. network
+
+
+def test_the_network_is_a_loopback_of_its_own(contained: Session, host: Host) -> None:
+    found = attempt(
+        contained,
+        f"""
+import socket
+found = {{}}
+found["interfaces"] = sorted(os.listdir("/sys/class/net"))
+found["indexes"] = [name for _, name in socket.if_nameindex()]
+found["host_port"] = tried(socket.create_connection, ("127.0.0.1", {host.port}), timeout=5)
+own = socket.socket()
+own.bind(("127.0.0.1", 0))
+own.listen(1)
+found["own_port"] = tried(lambda: socket.create_connection(own.getsockname(), timeout=5).close())
+own.close()
+""",
+    )
+    assert found["interfaces"] == ["lo"], found
+    assert found["indexes"] == ["lo"], found
+    assert found["host_port"].startswith("ConnectionRefusedError"), found
+    assert found["own_port"][0] == "ok", found
+
+
+def test_network_true_reaches_the_host(tmp_path: Path, host: Host) -> None:
+    with Session(tmp_path / "work", sandbox=Sandbox(network=True), timeout=60) as session:
+        found = attempt(
+            session,
+            f"""
+import socket
+found = tried(lambda: socket.create_connection(("127.0.0.1", {host.port}), timeout=5).close())
+""",
+        )
+    assert found[0] == "ok", found
+
+
+# -- 3. processes and privileges
+
+
+def test_no_process_outside_the_session_is_seen_or_signalled(
+    contained: Session, tmp_path: Path
+) -> None:
+    zygotes = [z._process.pid for z in _zygote._ZYGOTES.values()]
+    with Session(tmp_path / "neighbour", sandbox=True, timeout=60) as neighbour:
+        neighbour.execute("1")
+        supervisor = _backend(neighbour)._process
+        assert supervisor is not None
+        others = [os.getpid(), *zygotes, supervisor.pid, *descendants(supervisor.pid)]
+        own = _backend(contained)._process
+        assert own is not None
+        others += [own.pid]  # the kernel's own supervisor
+        found = attempt(
+            contained,
+            f"""
+import ctypes, signal
+libc = ctypes.CDLL(None, use_errno=True)
+def ptrace(pid):
+    if libc.ptrace(16, pid, None, None) != 0:  # PTRACE_ATTACH
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+found = {{"visible": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()), "me": os.getpid()}}
+found["kill"] = {{pid: tried(os.kill, pid, signal.SIGKILL) for pid in {others!r}}}
+found["ptrace"] = {{pid: tried(ptrace, pid) for pid in [1, *{others!r}]}}
+found["kill_init"] = tried(os.kill, 1, signal.SIGKILL)
+""",
+        )
+        assert neighbour.execute("print('alive')").stdout.strip() == "alive"
+    assert found["visible"] == [1, 2] and found["me"] == 2, found
+    for pid, outcome in found["kill"].items():
+        assert outcome.startswith("ProcessLookupError"), (pid, outcome)
+    for pid, outcome in found["ptrace"].items():
+        assert denied(outcome), (pid, outcome)
+    # Init ignores what its namespace sends it; the kernel is still there.
+    assert contained.execute("print('still here')").stdout.strip() == "still here"
+
+
+def test_privileges_are_gone_for_good(contained: Session) -> None:
+    found = attempt(
+        contained,
+        """
+lines = open("/proc/self/status").read().splitlines()
+status = dict(line.split(":\\t", 1) for line in lines if ":\\t" in line)
+names = ("NoNewPrivs", "Seccomp", "CapEff", "CapPrm", "CapBnd", "CapAmb")
+found = {name: status[name].strip() for name in names}
+""",
+    )
+    assert found["NoNewPrivs"] == "1" and found["Seccomp"] == "2", found
+    for name in ("CapEff", "CapPrm", "CapBnd", "CapAmb"):
+        assert int(found[name], 16) == 0, found
+
+
+def test_namespaces_mounts_and_setuid_do_not_lift_it(contained: Session, host: Host) -> None:
+    secret = str(host.secret)
+    found = attempt(
+        contained,
+        f"""
+import ctypes, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, *args):
+    if getattr(libc, name)(*args) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+def shell(*argv):
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if done.returncode or "kx-home-secret" in done.stdout:
+        said = (done.stdout + done.stderr).strip()[-300:]
+        raise OSError("exit " + str(done.returncode) + ": " + said)
+    return done.stdout
+found = {{}}
+found["unshare_user"] = tried(call, "unshare", 0x10000000)
+found["unshare_mount"] = tried(call, "unshare", 0x00020000)
+found["unshare_net"] = tried(call, "unshare", 0x40000000)
+found["mount"] = tried(call, "mount", b"none", b"/tmp", b"tmpfs", 0, None)
+found["umount_proc"] = tried(call, "umount2", b"/proc", 2)
+found["open_init_net"] = tried(os.open, "/proc/1/ns/net", os.O_RDONLY)
+found["setns_net"] = tried(call, "setns", os.open("/proc/self/ns/net", os.O_RDONLY), 0)
+found["chroot"] = tried(call, "chroot", b"/tmp")
+found["unshare_cmd"] = tried(shell, "unshare", "-r", "cat", {secret!r})
+found["su_cmd"] = tried(shell, "su", "-c", "cat " + {secret!r})
+found["mount_cmd"] = tried(shell, "mount", "-t", "tmpfs", "none", "/mnt")
+found["secret_after"] = tried(lambda: open({secret!r}).read())
+""",
+    )
+    for name, outcome in found.items():
+        assert denied(outcome), f"{name}: {outcome}"
+
+
+# -- how a contained session shows it
+
+
+def test_a_denied_network_names_network_true(contained: Session) -> None:
+    result = contained.execute(
+        "import socket; socket.create_connection(('127.0.0.1', 9), timeout=5)"
+    )
+    assert result.status == "error"
+    assert "network=True" in result.text, result.text
+
+
+def test_the_transcript_records_the_policy(contained: Session) -> None:
+    contained.execute("1")
+    notebook = json.loads(contained.notebook_path.read_text())
+    assert notebook["metadata"]["kernelexec"]["sandbox"] == Sandbox().to_dict()
+
+
+def test_an_uncontained_session_says_so(tmp_path: Path) -> None:
+    with Session(tmp_path / "work", sandbox=False, timeout=60) as session:
+        assert session.sandbox is None
+        assert session.execute("import os; print(os.getpid() > 2)").stdout.strip() == "True"
