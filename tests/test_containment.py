@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from conftest import warm_zygote
 
-from kernelexec import Sandbox, Session
+from kernelexec import AsyncSession, KernelPool, Sandbox, Session
 from kernelexec._backends import _zygote
 from kernelexec._backends._local import LocalBackend
 from kernelexec._containment._platform import support
@@ -401,3 +401,68 @@ def test_an_uncontained_session_says_so(tmp_path: Path) -> None:
     with Session(tmp_path / "work", sandbox=False, timeout=60) as session:
         assert session.sandbox is None
         assert session.execute("import os; print(os.getpid() > 2)").stdout.strip() == "True"
+
+
+# -- 4. limits
+
+BOMB = """
+import os, time
+def bomb():
+    while True:
+        try:
+            if os.fork() == 0:
+                bomb()
+        except OSError:
+            time.sleep(0.05)
+if os.fork() == 0:
+    bomb()
+time.sleep(3)
+print(sum(1 for p in os.listdir("/proc") if p.isdigit()))
+"""
+
+
+@pytest.mark.parametrize("kind", ["spawned", "forked"])
+def test_a_fork_bomb_and_a_memory_hog_stay_in_their_session(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELEXEC_ZYGOTE", "0" if kind == "spawned" else "1")
+    limits = Sandbox(memory=256 << 20, processes=64)
+    session, opened = _start(kind, tmp_path / "bombed", sandbox=limits)
+    try:
+        # Threads count too: the kernel's own take some of the 64.
+        result = session.execute(BOMB)
+        assert result.status == "ok", result.text
+        assert int(result.stdout.strip()) <= 64
+        with Session(tmp_path / "next", sandbox=True, timeout=60) as neighbour:
+            assert neighbour.execute("print(6 * 7)").stdout.strip() == "42"
+        session.restart()  # the bomb's processes end with the kernel
+        result = session.execute("x = bytearray(1 << 30); x[::4096] = b'x' * len(x[::4096])")
+        assert result.status == "kernel_died", result.text
+        assert "out of memory" in result.text and "Sandbox.memory" in result.text, result.text
+        # The kernel that replaces it is contained as the first was.
+        found = attempt(session, 'found = sorted(p for p in os.listdir("/proc") if p.isdigit())')
+        assert found == ["1", "2"], found
+        assert session.sandbox == limits
+    finally:
+        for each in opened:
+            each.close()
+
+
+# -- a pool's kernels
+
+
+async def test_a_pooled_contained_kernel_writes_only_its_sessions_work_dir(
+    tmp_path: Path, host: Host
+) -> None:
+    async with KernelPool(1, sandbox=True, work_root=tmp_path) as pool:
+        await pool.wait_ready(120)
+        async with AsyncSession(tmp_path / "a", pool=pool) as a:
+            assert pool.ready == 0  # taken: the kernel was the pool's
+            assert a.sandbox == Sandbox()
+            result = await a.execute(
+                "import os; open('mine.txt', 'w').write('x'); print(os.getcwd())\n"
+                f"open({str(host.outside / 'new')!r}, 'w')"
+            )
+            assert result.status == "error" and result.stdout.strip() == str(a.work_dir)
+            assert (a.work_dir / "mine.txt").read_text() == "x"
+            assert not (host.outside / "new").exists()

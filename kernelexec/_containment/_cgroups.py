@@ -14,6 +14,7 @@ per user namespace, so per kernel.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import os
@@ -37,6 +38,7 @@ class KernelCgroups:
     @classmethod
     def make(cls, memory: int | None, processes: int | None) -> KernelCgroups:
         """New cgroups holding these limits; none where they cannot be made."""
+        _sweep_once()
         made: dict[str, Path] = {}
         name = f"kernelexec-{os.getpid()}-{next(_COUNTER)}"
         for controller, limits in (
@@ -94,12 +96,13 @@ class KernelCgroups:
                 busy[controller] = folder
         self.folders = busy
         if busy:
+            _PENDING.add(self)
             threading.Thread(target=self.remove, name="kernelexec-cgroups", daemon=True).start()
 
-    def remove(self) -> None:
+    def remove(self, within: float = _REMOVE_WITHIN) -> None:
         """Removes the cgroups, once their processes are gone (within a moment)."""
-        deadline = time.monotonic() + _REMOVE_WITHIN
-        for folder in self.folders.values():
+        deadline = time.monotonic() + within
+        for folder in list(self.folders.values()):
             while True:
                 try:
                     folder.rmdir()
@@ -111,6 +114,46 @@ class KernelCgroups:
                         break  # still busy: kernelexec cleanup removes it later
                     time.sleep(0.02)
         self.folders = {}
+        _PENDING.discard(self)
+
+
+_PENDING: set[KernelCgroups] = set()  # cgroups whose last processes were still there
+_SWEPT = False
+
+
+@atexit.register
+def _remove_pending() -> None:
+    # The daemon threads that wait on them end with this process.
+    for cgroups in list(_PENDING):
+        cgroups.remove(within=0.5)
+
+
+def _sweep_once() -> None:
+    """Removes the empty cgroups an earlier kernelexec process of this machine left.
+
+    Only ``kernelexec-<pid>-<n>`` folders of a process that is gone, and only
+    when empty (``rmdir`` of a cgroup with a process in it fails): a process
+    killed before its clean-up leaves them behind.
+    """
+    global _SWEPT
+    if _SWEPT:
+        return
+    _SWEPT = True
+    for controller in ("memory", "pids"):
+        parent = _own(controller)
+        if parent is None:
+            continue
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(parent):
+                owner = entry.name.split("-")[1:2]
+                if (
+                    entry.name.startswith("kernelexec-")
+                    and owner
+                    and owner[0].isdigit()
+                    and not os.path.exists(f"/proc/{owner[0]}")
+                ):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(entry.path)
 
 
 def _own(controller: str) -> Path | None:
