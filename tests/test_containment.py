@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _serverproc import ServerProcess
 from conftest import warm_zygote
 
 from kernelexec import AsyncSession, KernelPool, Sandbox, Session
@@ -466,3 +469,74 @@ async def test_a_pooled_contained_kernel_writes_only_its_sessions_work_dir(
             assert result.status == "error" and result.stdout.strip() == str(a.work_dir)
             assert (a.work_dir / "mine.txt").read_text() == "x"
             assert not (host.outside / "new").exists()
+
+
+# -- kernelexec serve
+
+
+def test_serve_contains_its_sessions_and_says_how(tmp_path: Path, host: Host) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "table.csv").write_text("a,b\n1,2\n")
+    server = ServerProcess(tmp_path / "root", "--sandbox", "--sandbox-read", str(data))
+    try:
+        first, second = server.create(), server.create()
+        state = server.state(first)
+        assert state["sandbox"]["read"] == [str(data)] and state["sandbox"]["network"] is False
+        response = server.http.post(f"/sessions/{first}/checkpoint", json={})
+        assert response.status_code == 201, response.text
+        store = server.work_root.resolve() / ".checkpoints"
+        assert any(store.iterdir())
+        found = server.execute(
+            second,
+            f"""
+import json, os, socket
+def tried(action, *args):
+    try:
+        action(*args)
+    except OSError as exc:
+        return type(exc).__name__
+    return "ok"
+print(json.dumps({{
+    "data": tried(lambda: open({str(data / "table.csv")!r}).read()),
+    "store": tried(os.listdir, {str(store)!r}),
+    "work_root": tried(os.listdir, {str(server.work_root.resolve())!r}),
+    "neighbour": tried(os.listdir, {str(server.work_root.resolve() / first)!r}),
+    "server": tried(socket.create_connection, ("127.0.0.1", {server.port}), 5),
+}}))
+""",
+        )
+        assert json.loads(found["stdout"]) == {
+            "data": "ok",
+            "store": "PermissionError",
+            "work_root": "PermissionError",
+            "neighbour": "PermissionError",
+            "server": "ConnectionRefusedError",
+        }, found
+        denied_read = server.execute(second, f"open({str(host.secret)!r}).read()")
+        assert denied_read["status"] == "error"
+        assert "--sandbox-read" in denied_read["message"], denied_read
+        refused = server.http.post("/sessions", json={"sandbox": {"network": True}})
+        assert refused.status_code == 403 and "--allow-network" in refused.text, refused.text
+    finally:
+        server.stop()
+
+
+def test_serve_refuses_to_run_uncontained_where_it_cannot_contain(tmp_path: Path) -> None:
+    # A machine without user namespaces, made for real: a namespace of our own
+    # where none may be made below it.
+    shell = (
+        "echo 0 > /proc/sys/user/max_user_namespaces && "
+        f"exec {sys.executable} -m kernelexec serve --port 0 --sandbox "
+        f"--work-root {tmp_path / 'root'}"
+    )
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "cannot contain kernels" in done.stderr and "--no-sandbox" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -228,15 +228,22 @@ def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
     """The containment of local kernels (serve and mcp): on unless ``--no-sandbox``."""
     group = parser.add_argument_group(
         "containment of local kernels",
-        "Each local kernel reads only what Python and the system need and its work dir, "
-        "writes only its work dir and a temp dir, sees only its own processes and has no "
-        "network (kernelexec.Sandbox). Where this machine cannot contain kernels, the "
-        "server refuses to start without --no-sandbox.",
+        "With --sandbox (or any --sandbox-* option), each local kernel reads only what "
+        "Python and the system need and its work dir, writes only its work dir and a temp "
+        "dir, sees only its own processes and has no network (kernelexec.Sandbox). Where "
+        "this machine cannot contain kernels, the server then refuses to start.",
     )
-    group.add_argument(
+    chosen = group.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="contain local kernels (sessions may still ask for it without this)",
+    )
+    chosen.add_argument(
         "--no-sandbox",
         action="store_true",
-        help="run local kernels uncontained, with all of this user's powers",
+        help="run local kernels uncontained, with all of this user's powers; "
+        "sessions may not ask for containment",
     )
     group.add_argument(
         "--sandbox-read",
@@ -277,18 +284,27 @@ def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
 
 
 def sandbox_from(args: argparse.Namespace) -> Any:
-    """The ``Sandbox`` the flags of ``add_sandbox_options`` describe, or False (``--no-sandbox``).
+    """The ``Sandbox`` the flags of ``add_sandbox_options`` describe.
+
+    False for ``--no-sandbox``; None where none was asked for and containment
+    is not the default yet (``CONTAINED_BY_DEFAULT``).
 
     Raises:
         ConfigurationError: a value is unusable, or this machine cannot contain
             a kernel and ``--no-sandbox`` was not given (one line, exit 2).
     """
-    from .._containment._platform import support
+    from .._containment._platform import CONTAINED_BY_DEFAULT, support
     from .._containment._sandbox import Sandbox
     from .._server._options import parse_memory
 
     if args.no_sandbox:
         return False
+    asked = args.sandbox or args.sandbox_read or any(
+        getattr(args, f"sandbox_{name}") is not None
+        for name in ("memory", "processes", "open_files")
+    )
+    if not asked and not CONTAINED_BY_DEFAULT:
+        return None  # the library's default: uncontained, until containment is the default
     found = support()
     if not found.ok:
         raise ConfigurationError(
