@@ -403,6 +403,25 @@ ROWS += [
 AGENT = ("usage",)  # run by bench/agent.py
 
 
+def _contained_row(title: str, value: Callable[[dict[str, Any]], float | str], unit: str) -> Row:
+    return Row(f"contained: {title}", "contained", ("kernelexec",), value, unit, quick_n=3)
+
+
+# Issue #28 (bench/contained.py): contained and uncontained sessions in turn, one run.
+ROWS += [
+    _contained_row("cold data-stack ready p50, contained", _median_ms("samples"), "ms"),
+    _contained_row("cold data-stack ready p50, uncontained", _median_ms("plain"), "ms"),
+    _contained_row(
+        "what containment adds to a start (p50 difference)",
+        lambda r: _median_ms("samples")(r) - _median_ms("plain")(r),
+        "ms",
+    ),
+    _contained_row("round trip x+1 p50, contained", _median_ms("roundtrip"), "ms"),
+    _contained_row("round trip x+1 p50, uncontained", _median_ms("roundtrip_plain"), "ms"),
+    _contained_row("kernels forked from a zygote", _forked, ""),
+]
+
+
 def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One result from several rounds': samples pooled, other figures their median."""
     merged: dict[str, Any] = {}
@@ -427,6 +446,8 @@ def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
         script = "state.py"
     if scenario in AGENT:
         script = "agent.py"
+    if scenario == "contained":
+        script = "contained.py"
     extra = {"fidelity": n // 10, "density": 3 * n}.get(scenario, 0)
     try:
         proc = subprocess.run(

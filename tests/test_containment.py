@@ -540,3 +540,40 @@ def test_serve_refuses_to_run_uncontained_where_it_cannot_contain(tmp_path: Path
     assert done.returncode == 2, done.stderr
     assert "cannot contain kernels" in done.stderr and "--no-sandbox" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- what a session does, contained
+
+
+async def test_a_venv_preload_variables_background_and_a_second_client_work_contained(
+    tmp_path: Path,
+) -> None:
+    from jupyter_client.blocking import BlockingKernelClient
+
+    env = tmp_path / "env"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)],
+        check=True,
+        timeout=120,
+    )
+    async with AsyncSession(
+        tmp_path / "work", sandbox=True, venv=env, preload="import json", timeout=60
+    ) as session:
+        result = await session.execute("import sys; print(sys.prefix, 'json' in dir())")
+        assert result.stdout.strip() == f"{env} True", result.text
+        await session.execute("table = {'a': 1}")
+        assert "table" in [v.name for v in await session.variables()]
+        running = await session.execute("print('in the background')", background=True)
+        done = await running.wait(60)
+        assert done is not None and done.stdout == "in the background\n"
+        info = session.connection_info
+        assert info is not None
+        client = BlockingKernelClient()
+        client.load_connection_info(info)
+        client.start_channels()
+        try:
+            reply = client.execute_interactive("print(table['a'] + 41)", timeout=60)
+        finally:
+            client.stop_channels()
+        assert reply["content"]["status"] == "ok"
+        assert (await session.execute("print(sorted(table))")).stdout == "['a']\n"
