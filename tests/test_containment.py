@@ -48,6 +48,7 @@ class Host:
     store: Path  # a checkpoint store, a file in it
     outside: Path  # a folder outside the work dir, a file in it
     port: int  # listening on 127.0.0.1
+    sockets: list[str]  # Unix sockets listening in $HOME and the temp dir (an agent's, tmux's)
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +63,13 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
+    agents = []
+    for folder in (Path.home(), root):
+        path = folder / f".kx-agent-{uuid.uuid4().hex[:8]}"
+        agent = socket.socket(socket.AF_UNIX)
+        agent.bind(str(path))
+        agent.listen(8)
+        agents.append((agent, path))
     try:
         yield Host(
             secret,
@@ -69,9 +77,13 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
             root / "store",
             root / "outside",
             listener.getsockname()[1],
+            [str(path) for _, path in agents],
         )
     finally:
         listener.close()
+        for agent, path in agents:
+            agent.close()
+            path.unlink()
         secret.unlink()
 
 
@@ -249,8 +261,14 @@ def test_a_denied_read_or_write_names_the_option_that_allows_it(
 ) -> None:
     result = contained.execute(f"open({str(host.outside / 'file')!r}).read()")
     assert result.status == "error"
+    # The folder is hidden from the kernel: the file is not there for it.
+    assert result.error is not None and result.error.ename == "FileNotFoundError"
+    assert "Sandbox(read=[...])" in result.text, result.text
+    result = contained.execute("open('/etc/shadow').read()")  # a file it sees, not its to read
     assert result.error is not None and result.error.ename == "PermissionError"
     assert "Sandbox(read=[...])" in result.text, result.text
+    result = contained.execute("open('not-there.txt').read()")  # its own work dir's
+    assert result.status == "error" and "contained" not in result.text, result.text
     result = contained.execute("open('../escaped.txt', 'w')")
     assert result.status == "error" and "Sandbox(write=[...])" in result.text, result.text
     result = contained.execute("open('mine.txt', 'w').write('x'); open('mine.txt').read(9)")
@@ -273,10 +291,16 @@ own = socket.socket()
 own.bind(("127.0.0.1", 0))
 own.listen(1)
 found["own_port"] = tried(lambda: socket.create_connection(own.getsockname(), timeout=5).close())
+def unix(path):
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(path)
+found["unix"] = {{path: tried(unix, path) for path in {host.sockets!r}}}
 own.close()
 """,
     )
     assert found["interfaces"] == ["lo"], found
+    for path, outcome in found["unix"].items():
+        assert denied(outcome) or outcome.startswith("ConnectionRefusedError"), (path, outcome)
     assert found["indexes"] == ["lo"], found
     assert found["host_port"].startswith("ConnectionRefusedError"), found
     assert found["own_port"][0] == "ok", found
@@ -506,11 +530,12 @@ print(json.dumps({{
 }}))
 """,
         )
+        # Hidden (the temp dir is) or refused, never read.
         assert json.loads(found["stdout"]) == {
             "data": "ok",
-            "store": "PermissionError",
-            "work_root": "PermissionError",
-            "neighbour": "PermissionError",
+            "store": "FileNotFoundError",
+            "work_root": "PermissionError",  # there, empty, to hold the work dir: not listed
+            "neighbour": "FileNotFoundError",
             "server": "ConnectionRefusedError",
         }, found
         denied_read = server.execute(second, f"open({str(host.secret)!r}).read()")
@@ -577,3 +602,12 @@ async def test_a_venv_preload_variables_background_and_a_second_client_work_cont
             client.stop_channels()
         assert reply["content"]["status"] == "ok"
         assert (await session.execute("print(sorted(table))")).stdout == "['a']\n"
+
+
+def test_the_kernels_constants_are_the_hosts() -> None:
+    # contain.py runs inside the kernel, loaded by path: it keeps its own copies.
+    from kernelexec import _kernel
+    from kernelexec._kernel import contain
+
+    assert contain.MASKED == _kernel.MASKED
+    assert contain.CANNOT_CONTAIN == _kernel.CANNOT_CONTAIN

@@ -114,6 +114,8 @@ class LocalBackend:
         # The policy in force, None for none; its start's cgroups while one runs.
         self.sandbox = choose(sandbox, ours=self._boots())
         self._contained: ContainedStart | None = None
+        # The next start's work dir will be renamed (a pool's kernel, see take_work_dir).
+        self.movable = False
         self._out_of_memory = False  # the last kernel passed its memory limit
         self.forked = False  # the running kernel came from a zygote
         self._km: AsyncKernelManager | None = None
@@ -360,7 +362,9 @@ class LocalBackend:
         if self.sandbox is None:
             return {}
         assert self._ipc_dir is not None, "the kernel's own dir first"
-        self._contained = contained_start(self.sandbox, work_dir=cwd, own_dir=self._ipc_dir)
+        self._contained = contained_start(
+            self.sandbox, work_dir=cwd, own_dir=self._ipc_dir, movable=self.movable
+        )
         self._out_of_memory = False
         return dict(self._contained.env)
 
@@ -433,6 +437,7 @@ class LocalBackend:
                 os.rename(self._cwd, cwd)
             except OSError:
                 return False
+        self.movable = False  # a restart starts in the session's work dir, and stays there
         self.move_to(cwd)
         return True
 

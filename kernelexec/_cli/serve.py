@@ -299,9 +299,13 @@ def sandbox_from(args: argparse.Namespace) -> Any:
 
     if args.no_sandbox:
         return False
-    asked = args.sandbox or args.sandbox_read or any(
-        getattr(args, f"sandbox_{name}") is not None
-        for name in ("memory", "processes", "open_files")
+    asked = (
+        args.sandbox
+        or args.sandbox_read
+        or any(
+            getattr(args, f"sandbox_{name}") is not None
+            for name in ("memory", "processes", "open_files")
+        )
     )
     if not asked and not CONTAINED_BY_DEFAULT:
         return None  # the library's default: uncontained, until containment is the default

@@ -16,6 +16,7 @@ import os
 import re
 from pathlib import Path
 
+from .._kernel import MASKED
 from ._sandbox import Sandbox
 
 __all__ = ["containment_note"]
@@ -25,6 +26,11 @@ __all__ = ["containment_note"]
 _DENIED = re.compile(
     r"\[Errno (?:13|30)\] (?:Permission denied|Read-only file system): '(?P<py>[^']+)'"
     r"|(?P<sh>/[^\s:'\"]+)'?: (?:Permission denied|Read-only file system)"
+)
+# A file in a folder the kernel does not see (hidden under an empty file system).
+_MISSING = re.compile(
+    r"\[Errno 2\] No such file or directory: '(?P<py>[^']+)'"
+    r"|(?P<sh>/[^\s:'\"]+)'?: No such file or directory"
 )
 _NOT_PERMITTED = re.compile(r"\[Errno 1\] Operation not permitted|Operation not permitted")
 _OFFLINE = re.compile(
@@ -69,7 +75,16 @@ def containment_note(
             "this machine's, so this machine's services cannot be reached there; "
             "sandbox=Sandbox(network=True) shares this machine's network."
         )
-    denied = _denied_path(text, work_dir)
+    denied = _denied_path(_DENIED, text, work_dir)
+    hidden = _denied_path(_MISSING, text, work_dir)
+    if hidden is not None and _hidden(hidden, sandbox):
+        return (
+            f"This session's kernel is contained: {hidden} is in a folder it does not see "
+            "(it sees Python's and the system's files, its work dir and its temp dir). If "
+            "the file is there on this machine, give the session "
+            "sandbox=Sandbox(read=[...]) to read its folder (kernelexec serve: --sandbox-read "
+            "PATH), or Sandbox(write=[...]) to write it."
+        )
     if denied is not None:
         return (
             f"This session's kernel is contained: {denied} is outside what it may use (it "
@@ -87,16 +102,27 @@ def containment_note(
     return None
 
 
-def _denied_path(text: str, work_dir: Path) -> str | None:
+def _hidden(path: str, sandbox: Sandbox) -> bool:
+    """Whether ``path`` is below a folder a contained kernel has hidden, and not given back."""
+    inside = path + "/"
+    hidden = [*MASKED, os.path.expanduser("~")]
+    given = [*sandbox.read, *sandbox.write]
+    return any(inside.startswith(f + "/") for f in hidden) and not any(
+        inside.startswith(g.rstrip("/") + "/") for g in given
+    )
+
+
+def _denied_path(pattern: re.Pattern[str], text: str, work_dir: Path) -> str | None:
+    """The first path in ``text`` that ``pattern`` finds, outside the work dir; normalized."""
     roots = {os.path.normpath(work_dir), os.path.realpath(work_dir)}
-    for found in _DENIED.finditer(text):
+    for found in pattern.finditer(text):
         path = found.group("py") or found.group("sh")
         if not path:
             continue
         # Compared by name only: a path the kernel printed is never looked up
         # here (it may name anything of this machine's, /proc/self/... too).
         # A relative one is from the work dir, where the kernel runs.
-        inside = os.path.normpath(os.path.join(work_dir, path)) + "/"
-        if not any(inside.startswith(root + "/") for root in roots):
-            return path
+        normal = os.path.normpath(os.path.join(work_dir, path))
+        if not any((normal + "/").startswith(root + "/") for root in roots):
+            return normal
     return None

@@ -57,11 +57,14 @@ class ContainedStart:
     cgroups: KernelCgroups = field(default_factory=lambda: KernelCgroups({}))
 
 
-def contained_start(sandbox: Sandbox, *, work_dir: Path, own_dir: Path) -> ContainedStart:
+def contained_start(
+    sandbox: Sandbox, *, work_dir: Path, own_dir: Path, movable: bool = False
+) -> ContainedStart:
     """The policy, environment and cgroups of a kernel about to start in ``work_dir``.
 
     ``own_dir``: the kernel's private dir (its connection file and sockets),
-    new for this start.
+    new for this start. ``movable``: the work dir will be renamed (a pool's
+    kernel), so the folder it is in stays visible to the kernel.
     """
     tmp = own_dir / "tmp"
     tmp.mkdir(mode=0o700)
@@ -80,6 +83,7 @@ def contained_start(sandbox: Sandbox, *, work_dir: Path, own_dir: Path) -> Conta
         "read": list(sandbox.read),
         "write": list(sandbox.write),
         "network": sandbox.network,
+        "movable": movable,
         "limits": limits,
         "cgroups": cgroups.paths(),
         "shm_bytes": sandbox.memory or default_memory() or _SHM_DEFAULT,

@@ -21,6 +21,7 @@ __all__ = [
     "BOOT_SCRIPT",
     "CANNOT_CONTAIN",
     "CONTAIN_SCRIPT",
+    "MASKED",
     "NO_IPYKERNEL",
     "SANDBOX_VARIABLE",
     "ZYGOTE_SCRIPT",
@@ -33,3 +34,5 @@ CONTAIN_SCRIPT = BOOT_DIR / "contain.py"
 NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"; boot.py's too
 CANNOT_CONTAIN = 96  # a kernel that could not be contained; contain.py's too
 SANDBOX_VARIABLE = "KERNELEXEC_SANDBOX"  # a spawned kernel's policy; boot.py's too
+# Folders a contained kernel does not see (and its home); contain.py's too.
+MASKED = ("/run", "/tmp", "/var", "/home", "/root", "/mnt", "/media", "/srv", "/opt")

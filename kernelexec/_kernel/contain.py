@@ -100,11 +100,13 @@ _ETC = (
 ).split()
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 _PTYS = ("/dev/ptmx", "/dev/pts")
-# Where the machine's services listen on Unix sockets, which Landlock (up to ABI 7)
-# cannot keep a process from connecting to: hidden under empty file systems.
-# /tmp is not (a pooled kernel's folder is renamed to its session's work dir
-# there, which a mount could not follow); only its X11 folders are.
-_MASKED = ("/run", "/var/run", "/tmp/.X11-unix", "/tmp/.ICE-unix", "/tmp/.XIM-unix")
+# Where Unix sockets of the machine's services and of this user's programs are
+# (a system bus, tmux's or an SSH agent's in /tmp, gpg's in the home): Landlock
+# (up to ABI 7) cannot keep a process from connecting to one, so these folders
+# are hidden under empty file systems, the allowed paths beneath bound back in
+# place. A kernel that waits in a pool (``movable``) keeps the folder of its
+# work dir: that is renamed to its session's there, which a mount could not follow.
+MASKED = ("/run", "/tmp", "/var", "/home", "/root", "/mnt", "/media", "/srv", "/opt")
 
 
 class ContainmentError(Exception):
@@ -171,7 +173,7 @@ class Box:
             options = "newinstance,ptmxmode=0666,mode=0620"
             _mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, options)
         kept = [*read, *write, *devices]
-        for folder in _MASKED:
+        for folder in self.masked():
             _mask(folder, kept)
         os.chdir(cwd)  # the same folder, now through the new mounts
         if not network:
@@ -186,6 +188,14 @@ class Box:
         rules = [(p, landlock.READ) for p in read] + [(p, landlock.WRITE) for p in write]
         landlock.restrict(rules + [(p, landlock.DEVICE) for p in devices])
         self._load("seccomp").install()
+
+    def masked(self) -> list[str]:
+        """The folders hidden from the kernel (each resolved; the home's too)."""
+        found = _resolved([*MASKED, os.path.expanduser("~")])
+        if self.policy.get("movable"):
+            work = os.path.realpath(self.policy["work_dir"]) + "/"
+            found = [f for f in found if not work.startswith(f + "/")]
+        return [f for f in found if f != "/"]
 
     def paths(self) -> tuple[list[str], list[str], list[str]]:
         """What may be read, written, and used as a device; absolute, links resolved."""
@@ -263,7 +273,10 @@ def _init(lifeline: int) -> NoReturn:
 
 
 def _mask(folder: str, kept: Iterable[str]) -> None:
-    """Hides ``folder`` under an empty tmpfs, ``kept`` paths beneath it bound back in place."""
+    """Hides ``folder`` under an empty tmpfs, ``kept`` paths beneath it bound back in place.
+
+    A folder below one hidden before is hidden already (``isdir`` is False).
+    """
     if not os.path.isdir(folder) or os.path.islink(folder):
         return
     inside = sorted({p for p in kept if p.startswith(folder + "/")}, key=len)
@@ -288,6 +301,7 @@ def _mask(folder: str, kept: Iterable[str]) -> None:
             _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
         finally:
             os.close(fd)
+    _set_mount(os.fsencode(folder), _MOUNT_ATTR_RDONLY, 0, recursive=False)
 
 
 def _read_only_but(writable: Iterable[str]) -> None:

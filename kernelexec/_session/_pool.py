@@ -396,6 +396,7 @@ class KernelPool:
         if self.sandbox is not None:
             cwd = Path(tempfile.mkdtemp(prefix="kernel-", dir=self._home))
             cwd.chmod(0o777 & ~_umask())
+            backend.movable = True
         try:
             await backend.start(cwd=cwd, env=self._env)
             await backend.warm_up()
