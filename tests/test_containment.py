@@ -26,7 +26,7 @@ import pytest
 from _serverproc import ServerProcess
 from conftest import warm_zygote
 
-from kernelexec import AsyncSession, KernelPool, Sandbox, Session
+from kernelexec import AsyncSession, ExecutionResult, KernelPool, Sandbox, Session
 from kernelexec._backends import _zygote
 from kernelexec._backends._local import LocalBackend
 from kernelexec._containment._platform import support
@@ -131,8 +131,18 @@ def contained(
 
 def attempt(session: Session, code: str) -> Any:
     """Runs ``code`` (which sets ``found``) in the kernel; ``found``, as JSON."""
+    return found_in(session.execute(attempt_source(code)))
+
+
+async def attempt_async(session: AsyncSession, code: str) -> Any:
+    """``attempt`` in an ``AsyncSession``."""
+    return found_in(await session.execute(attempt_source(code)))
+
+
+def attempt_source(code: str) -> str:
+    """``code`` in a function whose ``tried(action, ...)`` says what an attempt raised."""
     body = "\n".join("    " + line for line in code.strip().splitlines())
-    source = f"""
+    return f"""
 import json, os
 def _attempt():
     def tried(action, *args, **kwargs):
@@ -146,7 +156,9 @@ def _attempt():
 print(json.dumps(_attempt()))
 del _attempt
 """
-    result = session.execute(source)
+
+
+def found_in(result: ExecutionResult) -> Any:
     assert result.status == "ok", result.text
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -481,18 +493,34 @@ def test_a_fork_bomb_and_a_memory_hog_stay_in_their_session(
 async def test_a_pooled_contained_kernel_writes_only_its_sessions_work_dir(
     tmp_path: Path, host: Host
 ) -> None:
-    async with KernelPool(1, sandbox=True, work_root=tmp_path) as pool:
+    root = tmp_path / "root"
+    root.mkdir()
+    async with KernelPool(1, sandbox=True, work_root=root) as pool:
         await pool.wait_ready(120)
-        async with AsyncSession(tmp_path / "a", pool=pool) as a:
+        async with AsyncSession(root / "a", pool=pool) as a:
             assert pool.ready == 0  # taken: the kernel was the pool's
             assert a.sandbox == Sandbox()
-            result = await a.execute(
-                "import os; open('mine.txt', 'w').write('x'); print(os.getcwd())\n"
-                f"open({str(host.outside / 'new')!r}, 'w')"
+            found = await attempt_async(
+                a,
+                f"""
+import socket
+def unix(path):
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(path)
+found = {{"cwd": os.getcwd(), "mine": tried(lambda: open("mine.txt", "w").write("x"))}}
+found["outside"] = tried(lambda: open({str(host.outside / "new")!r}, "w"))
+found["unix"] = {{path: tried(unix, path) for path in {host.sockets!r}}}
+""",
             )
-            assert result.status == "error" and result.stdout.strip() == str(a.work_dir)
-            assert (a.work_dir / "mine.txt").read_text() == "x"
-            assert not (host.outside / "new").exists()
+        assert found["cwd"] == str(a.work_dir) and found["mine"][0] == "ok", found
+        assert (a.work_dir / "mine.txt").read_text() == "x"
+        assert denied(found["outside"]) and not (host.outside / "new").exists()
+        for path, outcome in found["unix"].items():
+            assert denied(outcome), (path, outcome)
+        # A work dir outside the pool's work root would not be in the kernel's view.
+        await pool.wait_ready(120)
+        async with AsyncSession(tmp_path / "elsewhere", pool=pool) as b:
+            assert pool.ready == 1 and (await b.execute("print(1)")).stdout == "1\n"
 
 
 # -- kernelexec serve

@@ -114,8 +114,9 @@ class LocalBackend:
         # The policy in force, None for none; its start's cgroups while one runs.
         self.sandbox = choose(sandbox, ours=self._boots())
         self._contained: ContainedStart | None = None
-        # The next start's work dir will be renamed (a pool's kernel, see take_work_dir).
-        self.movable = False
+        # The folder within which the next start's work dir will be renamed (a
+        # pool's kernel, see take_work_dir); None: it stays where it is.
+        self.movable: Path | None = None
         self._out_of_memory = False  # the last kernel passed its memory limit
         self.forked = False  # the running kernel came from a zygote
         self._km: AsyncKernelManager | None = None
@@ -430,14 +431,17 @@ class LocalBackend:
         A contained kernel may write only the work dir it was started in, and
         that cannot change: the folder itself, empty, is renamed to ``cwd``
         (Landlock's rule holds the folder, not its name), which must then be an
-        empty folder or none, on the same file system.
+        empty folder or none, below ``movable`` (the folder kept in the
+        kernel's view: see ``_kernel/contain.py``).
         """
         if self.sandbox is not None:
+            if self.movable is None or not _within(cwd, self.movable):
+                return False  # the kernel would not see its new work dir
             try:
                 os.rename(self._cwd, cwd)
             except OSError:
                 return False
-        self.movable = False  # a restart starts in the session's work dir, and stays there
+        self.movable = None  # a restart starts in the session's work dir, and stays there
         self.move_to(cwd)
         return True
 
@@ -610,6 +614,11 @@ class LocalBackend:
         if contained is not None and contained.cgroups.folders:
             self._out_of_memory = self._out_of_memory or contained.cgroups.out_of_memory()
             contained.cgroups.remove_when_empty()
+
+
+def _within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is below ``folder``, links resolved."""
+    return os.path.realpath(path).startswith(os.path.realpath(folder).rstrip("/") + "/")
 
 
 @atexit.register

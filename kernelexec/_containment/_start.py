@@ -58,13 +58,13 @@ class ContainedStart:
 
 
 def contained_start(
-    sandbox: Sandbox, *, work_dir: Path, own_dir: Path, movable: bool = False
+    sandbox: Sandbox, *, work_dir: Path, own_dir: Path, movable: Path | None = None
 ) -> ContainedStart:
     """The policy, environment and cgroups of a kernel about to start in ``work_dir``.
 
     ``own_dir``: the kernel's private dir (its connection file and sockets),
-    new for this start. ``movable``: the work dir will be renamed (a pool's
-    kernel), so the folder it is in stays visible to the kernel.
+    new for this start. ``movable``: the folder within which the work dir
+    will be renamed (a pool's kernel, to its session's), kept in the kernel's view.
     """
     tmp = own_dir / "tmp"
     tmp.mkdir(mode=0o700)
@@ -83,7 +83,7 @@ def contained_start(
         "read": list(sandbox.read),
         "write": list(sandbox.write),
         "network": sandbox.network,
-        "movable": movable,
+        "movable": [] if movable is None else [str(movable)],
         "limits": limits,
         "cgroups": cgroups.paths(),
         "shm_bytes": sandbox.memory or default_memory() or _SHM_DEFAULT,

@@ -104,8 +104,9 @@ _PTYS = ("/dev/ptmx", "/dev/pts")
 # (a system bus, tmux's or an SSH agent's in /tmp, gpg's in the home): Landlock
 # (up to ABI 7) cannot keep a process from connecting to one, so these folders
 # are hidden under empty file systems, the allowed paths beneath bound back in
-# place. A kernel that waits in a pool (``movable``) keeps the folder of its
-# work dir: that is renamed to its session's there, which a mount could not follow.
+# place. A kernel that waits in a pool keeps the folder its work dir will be
+# renamed within (``movable``: a server's work root) in view, which a mount of
+# its work dir alone could not follow.
 MASKED = ("/run", "/tmp", "/var", "/home", "/root", "/mnt", "/media", "/srv", "/opt")
 
 
@@ -172,7 +173,7 @@ class Box:
         if os.path.isdir("/dev/pts"):
             options = "newinstance,ptmxmode=0666,mode=0620"
             _mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, options)
-        kept = [*read, *write, *devices]
+        kept = [*read, *write, *devices, *_resolved(self.policy.get("movable") or [])]
         for folder in self.masked():
             _mask(folder, kept)
         os.chdir(cwd)  # the same folder, now through the new mounts
@@ -192,9 +193,6 @@ class Box:
     def masked(self) -> list[str]:
         """The folders hidden from the kernel (each resolved; the home's too)."""
         found = _resolved([*MASKED, os.path.expanduser("~")])
-        if self.policy.get("movable"):
-            work = os.path.realpath(self.policy["work_dir"]) + "/"
-            found = [f for f in found if not work.startswith(f + "/")]
         return [f for f in found if f != "/"]
 
     def paths(self) -> tuple[list[str], list[str], list[str]]:

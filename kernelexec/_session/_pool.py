@@ -213,8 +213,9 @@ class KernelPool:
             contained kernel may write only the folder it started in: each
             waits in a folder of its own, which becomes the session's work dir
             when a session takes it (renamed there: the session's work dir must
-            be new or empty, and on the file system of ``work_root``). A
-            session whose work dir is not starts its own kernel.
+            be new or empty, and below ``work_root``, the one folder of the
+            machine's temp dir or home the kernel sees). A session whose work
+            dir is not starts its own kernel.
         work_root: where the sessions' work dirs are; the pool makes a folder
             of its own in it, for its waiting kernels. Default: the temp dir,
             where a session's default work dir is made.
@@ -396,7 +397,7 @@ class KernelPool:
         if self.sandbox is not None:
             cwd = Path(tempfile.mkdtemp(prefix="kernel-", dir=self._home))
             cwd.chmod(0o777 & ~_umask())
-            backend.movable = True
+            backend.movable = self._home.parent  # sessions' work dirs are made there
         try:
             await backend.start(cwd=cwd, env=self._env)
             await backend.warm_up()
