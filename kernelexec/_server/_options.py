@@ -76,6 +76,8 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 MIN_MEMORY = 32 << 20  # a kernel does not start in less
 _DOCKER_KEYS = ("memory", "cpus", "pids_limit", "network")
 _SANDBOX_KEYS = ("network", "memory", "processes", "open_files")
+# The least of each limit a client may ask for (memory in bytes).
+_SANDBOX_LEAST = {"memory": MIN_SANDBOX_MEMORY, "processes": 16, "open_files": 64}
 _MAX_PACKAGES = 64
 _MAX_PRELOAD = 100_000
 
@@ -505,9 +507,11 @@ def _sandbox(value: Any, policy: SessionPolicy) -> dict[str, Any] | None:
             f"unknown sandbox option(s) {', '.join(unknown)}; known: {', '.join(_SANDBOX_KEYS)}"
         )
     if policy.sandbox is False:
-        raise _invalid(
+        raise OptionError(
+            403,
+            "option_not_allowed",
             "this server's kernels are not contained (its operator passed --no-sandbox): "
-            "leave sandbox out"
+            "leave sandbox out",
         )
     caps = policy.sandbox if isinstance(policy.sandbox, Sandbox) else Sandbox()
     chosen: dict[str, Any] = {}
@@ -518,14 +522,7 @@ def _sandbox(value: Any, policy: SessionPolicy) -> dict[str, Any] | None:
         raise _refused("kernels with a network (sandbox.network)", "--allow-network")
     if network:
         chosen["network"] = True
-    if "memory" in value:
-        memory = value["memory"]
-        try:
-            size = parse_memory(memory) if isinstance(memory, str) else memory
-        except ValueError as exc:
-            raise _invalid(f"sandbox.memory: {exc}") from None
-        chosen["memory"] = _within("memory", size, MIN_SANDBOX_MEMORY, caps.memory)
-    for name, least in (("processes", 16), ("open_files", 64)):
+    for name, least in _SANDBOX_LEAST.items():
         if name in value:
             chosen[name] = _within(name, value[name], least, getattr(caps, name))
     return chosen
@@ -621,19 +618,21 @@ def options_schema(policy: SessionPolicy) -> dict[str, dict[str, Any]]:
         "sandbox": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {
-                "network": {"type": "boolean"},
-                "memory": {
-                    "anyOf": [
-                        {"type": "integer", "minimum": MIN_SANDBOX_MEMORY},
-                        {"type": "string", "pattern": "^[0-9]{1,15}[bkmgBKMG]?$"},
-                    ]
-                },
-                "processes": {"type": "integer", "minimum": 16},
-                "open_files": {"type": "integer", "minimum": 64},
-            },
+            "properties": {"network": {"type": "boolean"}, **_sandbox_limits(policy)},
             "description": "the local kernel's containment (kernelexec.Sandbox): network "
-            "(needs --allow-network, else 403) and lower limits than the server's "
-            "(--sandbox-memory, --sandbox-processes, --sandbox-open-files)",
+            "(needs --allow-network, else 403) and lower limits than the server's, memory "
+            "in bytes (--sandbox-memory, --sandbox-processes, --sandbox-open-files); 403 "
+            "where the operator passed --no-sandbox",
         },
     }
+
+
+def _sandbox_limits(policy: SessionPolicy) -> dict[str, dict[str, Any]]:
+    caps = policy.sandbox if isinstance(policy.sandbox, Sandbox) else Sandbox()
+    found: dict[str, dict[str, Any]] = {}
+    for name, least in _SANDBOX_LEAST.items():
+        cap = getattr(caps, name)
+        found[name] = {"type": "integer", "minimum": least}
+        if cap is not None:
+            found[name]["maximum"] = cap
+    return found
