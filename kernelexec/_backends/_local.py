@@ -85,9 +85,8 @@ class LocalBackend:
             kernel starts the usual way while its zygote starts.
         max_message_bytes: the host's cap on one message from the kernel
             (``Limits.max_message_bytes``; a session sets its own).
-        sandbox: contain the kernel (``kernelexec.Sandbox``): None, where this
-            machine can (else it runs uncontained, logged once); True, the
-            default policy; False, not. kernelexec's own kernel only: another
+        sandbox: contain the kernel (``kernelexec.Sandbox``): None, the
+            default (uncontained for now); True, the default policy; False, not. kernelexec's own kernel only: another
             kernelspec's runs as its spec says.
 
     Raises:

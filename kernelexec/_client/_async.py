@@ -79,6 +79,7 @@ class AsyncClient:
         limits: Limits | Mapping[str, int] | None = None,
         docker: Mapping[str, Any] | None = None,
         gateway: str | None = None,
+        sandbox: Mapping[str, Any] | None = None,
         checkpoint: str | CheckpointInfo | None = None,
     ) -> OpeningSession:
         """Creates a session on the server; see ``Client.session``.
@@ -97,6 +98,7 @@ class AsyncClient:
             limits=limits,
             docker=docker,
             gateway=gateway,
+            sandbox=sandbox,
         )
 
         checkpoint_id = checkpoint.id if isinstance(checkpoint, CheckpointInfo) else checkpoint

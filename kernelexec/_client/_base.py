@@ -105,6 +105,7 @@ def session_options(
     limits: Limits | Mapping[str, int] | None = None,
     docker: Mapping[str, Any] | None = None,
     gateway: str | None = None,
+    sandbox: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The session options given, as ``POST /sessions`` takes them (None: left out)."""
     if isinstance(packages, str):
@@ -118,6 +119,7 @@ def session_options(
         "limits": asdict(limits) if isinstance(limits, Limits) else limits,
         "docker": dict(docker) if docker is not None else None,
         "gateway": gateway,
+        "sandbox": dict(sandbox) if sandbox is not None else None,
     }
     return {name: value for name, value in given.items() if value is not None}
 

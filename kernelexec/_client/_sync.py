@@ -88,6 +88,7 @@ class Client:
         limits: Limits | Mapping[str, int] | None = None,
         docker: Mapping[str, Any] | None = None,
         gateway: str | None = None,
+        sandbox: Mapping[str, Any] | None = None,
         checkpoint: str | CheckpointInfo | None = None,
     ) -> RemoteSession:
         """Creates a session (a new kernel and work dir) on the server.
@@ -107,6 +108,9 @@ class Client:
             docker: run the kernel in a container (``--allow-docker``), e.g.
                 ``{"memory": "512m", "cpus": 1, "pids_limit": 128}``.
             gateway: a gateway's URL to run the kernel on (``--allow-gateway``).
+            sandbox: the local kernel's containment, within the operator's:
+                ``{"network": True}`` (``--allow-network``), lower ``memory``
+                (bytes), ``processes``, ``open_files``.
             checkpoint: a checkpoint of the server's (or its id) to start
                 from: its variables, imports and files; ``restore_report``
                 on the session says what came back.
@@ -126,6 +130,7 @@ class Client:
             limits=limits,
             docker=docker,
             gateway=gateway,
+            sandbox=sandbox,
         )
         checkpoint_id = checkpoint.id if isinstance(checkpoint, CheckpointInfo) else checkpoint
         made = self._send(calls.create_made(kernel_name, env, timeout, options, checkpoint_id))

@@ -118,6 +118,7 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
         limits: dict[str, int] | None = None,
         docker: dict[str, Any] | None = None,
         gateway: str | None = None,
+        sandbox: dict[str, Any] | None = None,
     ) -> str:
         """Makes a session with options and starts its kernel; execute_code then uses it.
 
@@ -134,6 +135,8 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
             limits: output caps, e.g. {"max_text_chars": 5000}; at most the server's.
             docker: run the kernel in a container, e.g. {"memory": "512m", "cpus": 1}.
             gateway: a Jupyter gateway's URL to run the kernel on.
+            sandbox: the local kernel's containment, within the operator's, e.g.
+                {"network": true} (--allow-network) or {"memory": 536870912}.
         """
         options = session_options(
             python=python,
@@ -144,6 +147,7 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
             limits=limits,
             docker=docker,
             gateway=gateway,
+            sandbox=sandbox,
         )
         info = await _tool(sessions.create(session, options, timeout))
         return json.dumps(info, indent=1)

@@ -93,8 +93,7 @@ class AsyncSession:
         sandbox: contain the local kernel (``kernelexec.Sandbox``: the files
             it may read and write, the network, memory and processes), from
             inside its own process, before any code runs. None (the default):
-            contained where this machine can (Linux 6.2 with Landlock, user
-            namespaces, seccomp), else uncontained, logged once; True: the
+            uncontained for now (``docs/features/containment.md``); True: the
             default ``Sandbox()``, or an error where it cannot be had; False:
             not contained. A pool's sessions take the pool's. ``session.sandbox``
             says the policy in force.
