@@ -86,8 +86,9 @@ class LocalBackend:
         max_message_bytes: the host's cap on one message from the kernel
             (``Limits.max_message_bytes``; a session sets its own).
         sandbox: contain the kernel (``kernelexec.Sandbox``): None, the
-            default (uncontained for now); True, the default policy; False, not. kernelexec's own kernel only: another
-            kernelspec's runs as its spec says.
+            default (uncontained for now); True, the default policy; False,
+            not. kernelexec's own kernel only: another kernelspec's runs as
+            its spec says.
 
     Raises:
         ConfigurationError: a sandbox asked for cannot be had here.
