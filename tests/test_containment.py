@@ -26,7 +26,14 @@ import pytest
 from _serverproc import ServerProcess
 from conftest import warm_zygote
 
-from kernelexec import AsyncSession, ExecutionResult, KernelPool, Sandbox, Session
+from kernelexec import (
+    AsyncSession,
+    ConfigurationError,
+    ExecutionResult,
+    KernelPool,
+    Sandbox,
+    Session,
+)
 from kernelexec._backends import _zygote
 from kernelexec._backends._local import LocalBackend
 from kernelexec._containment._platform import support
@@ -639,3 +646,16 @@ def test_the_kernels_constants_are_the_hosts() -> None:
 
     assert contain.MASKED == _kernel.MASKED
     assert contain.CANNOT_CONTAIN == _kernel.CANNOT_CONTAIN
+
+
+def test_a_timeout_interrupts_a_contained_kernel_and_keeps_its_state(contained: Session) -> None:
+    contained.execute("kept_through = 'the interrupt'")
+    result = contained.execute("import time; time.sleep(60)", timeout=2)
+    assert result.status == "timeout", result.text
+    assert contained.execute("print(kept_through)").stdout.strip() == "the interrupt"
+
+
+def test_a_contained_session_is_not_forked_as_a_process(tmp_path: Path) -> None:
+    with Session(tmp_path / "parent", sandbox=True, timeout=60) as parent:
+        with pytest.raises(ConfigurationError, match="method='auto' or 'checkpoint'"):
+            parent.fork(tmp_path / "copy", method="process")
