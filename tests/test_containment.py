@@ -224,6 +224,7 @@ def test_writes_outside_the_work_dir_fail_by_any_path(contained: Session, host: 
         contained,
         f"""
 import tempfile
+import shutil
 outside, work = {str(outside)!r}, {str(work)!r}
 def write(path):
     with open(path, "w") as file:
@@ -247,7 +248,19 @@ found["chmod_outside"] = tried(os.chmod, outside + "/file", 0o777)
 found["unlink_outside"] = tried(os.unlink, outside + "/file")
 found["etc"] = tried(write, "/etc/kx-written")
 found["python"] = tried(write, os.path.dirname(os.__file__) + "/kx-written.py")
+found["chmod"] = tried(os.chmod, "in-work.txt", 0o755)
+found["setuid"] = tried(os.chmod, "in-work.txt", 0o4755)
+found["setgid"] = tried(os.chmod, "in-work.txt", 0o2755)
+found["made_setuid"] = tried(os.open, "setuid", os.O_CREAT | os.O_WRONLY, 0o4755)
+found["copied_setuid"] = tried(shutil.copy, "/usr/bin/su", "su")
 """,
+    )
+    # No program left in the work dir that runs as the kernel's user for whoever runs it.
+    assert found["chmod"][0] == "ok", found
+    for name in ("setuid", "setgid", "made_setuid"):
+        assert found[name].startswith("PermissionError"), found
+    assert not any(
+        p.stat().st_mode & 0o6000 for p in work.iterdir() if p.is_file() and not p.is_symlink()
     )
     assert found["work"][0] == "ok", found
     assert found["temp"][0] == "ok", found

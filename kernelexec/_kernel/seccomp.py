@@ -15,6 +15,10 @@ a killed kernel. Refused:
 - what reads or steers other processes: ``ptrace``, ``process_vm_readv``/
   ``writev``, ``pidfd_getfd``, ``kcmp``, and the terminal ioctls that type
   into a terminal (``TIOCSTI``, ``TIOCLINUX``);
+- setuid and setgid bits (``chmod`` and kin, and the mode a file is made
+  with): a root kernel would otherwise leave in its work dir a program that
+  runs as root for whoever runs it; ``openat2``, whose mode a filter cannot
+  read, answers ``ENOSYS`` (the C library does not use it);
 - what reaches into the Linux kernel: ``bpf``, ``perf_event_open``,
   ``userfaultfd``, ``io_uring`` (its requests bypass this filter), the keyring
   (``keyctl``, ``add_key``, ``request_key``), module loading, ``kexec``,
@@ -43,6 +47,25 @@ _X32_BIT = 0x40000000
 _CLONE_NEW = 0x80 | 0x20000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
 _CLONE_NEW |= 0x20000000 | 0x40000000
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
+_SET_ID = 0o6000  # S_ISUID | S_ISGID
+# Calls that set a file's mode, and which argument is the mode: a setuid or
+# setgid bit is refused, so the kernel leaves no program in its work dir that
+# runs as its user (root: as root) for whoever runs it later.
+_MODES = {
+    "chmod": 1,
+    "fchmod": 1,
+    "fchmodat": 2,
+    "fchmodat2": 2,
+    "open": 2,
+    "openat": 3,
+    "creat": 1,
+    "mknod": 1,
+    "mknodat": 2,
+}
+# Answered ENOSYS, as on an older Linux, so that the C library falls back:
+# clone3, whose flags a filter cannot read (clone's it can), and openat2,
+# whose mode it cannot read (openat's it can).
+_NOSYS = ("clone3", "openat2")
 
 _DENIED = (
     "ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd "
@@ -70,6 +93,8 @@ _TABLES = {
     reboot 169 swapon 167 swapoff 168 syslog 103 acct 163 settimeofday 164
     clock_settime 227 clock_adjtime 305 adjtimex 159 quotactl 179 quotactl_fd 443
     vhangup 153 iopl 172 ioperm 173 uselib 134 clone 56 clone3 435 ioctl 16
+    chmod 90 fchmod 91 fchmodat 268 fchmodat2 452 open 2 openat 257 creat 85 mknod 133
+    mknodat 259 openat2 437
 """,
     "aarch64": """
     ptrace 117 process_vm_readv 270 process_vm_writev 271 kcmp 272 pidfd_getfd 438
@@ -81,7 +106,7 @@ _TABLES = {
     open_by_handle_at 265 name_to_handle_at 264 fanotify_init 262 lookup_dcookie 18
     reboot 142 swapon 224 swapoff 225 syslog 116 acct 89 settimeofday 170 clock_settime 112
     clock_adjtime 266 adjtimex 171 quotactl 60 quotactl_fd 443 vhangup 58 clone 220
-    clone3 435 ioctl 29
+    clone3 435 ioctl 29 fchmod 52 fchmodat 53 fchmodat2 452 openat 56 mknodat 33 openat2 437
 """,
 }
 _NUMBERS = {
@@ -158,43 +183,54 @@ def program_for(machine: str) -> list[tuple[int, int, int, int]]:
     """The BPF program, as (code, jump if true, jump if false, k) tuples."""
     numbers = _NUMBERS[machine]
     denied = [numbers[name] for name in _DENIED if name in numbers]
-    errno_perm, errno_nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
-    # The tail, read from the end: clone with a namespace flag, ioctl's terminal
-    # requests, clone3; then allow.
-    tail = [
-        (_LD_W_ABS, 0, 0, _ARG0),  # clone: its flags
-        (_JSET_K, 0, 1, _CLONE_NEW),
-        (_RET_K, 0, 0, errno_perm),
-        (_RET_K, 0, 0, _ALLOW),
-        (_LD_W_ABS, 0, 0, _ARG1),  # ioctl: its request
-        (_JEQ_K, 2, 0, _TIOCSTI),
-        (_JEQ_K, 1, 0, _TIOCLINUX),
-        (_RET_K, 0, 0, _ALLOW),
-        (_RET_K, 0, 0, errno_perm),
+    # Each check: a call whose argument (its low 32 bits) decides; refused
+    # (EPERM) when (argument & mask) is not 0, or when it equals one of ``equal``.
+    checks = [(numbers["clone"], 0, _CLONE_NEW, ())]
+    checks += [(numbers["ioctl"], 1, 0, (_TIOCSTI, _TIOCLINUX))]
+    checks += [
+        (numbers[name], index, _SET_ID, ()) for name, index in _MODES.items() if name in numbers
     ]
-    clone_at, ioctl_at = 0, 4  # offsets of those two branches within the tail
-    body: list[tuple[int, int, int, int]] = []
-    # After the denied list come: jeq clone, jeq ioctl, jeq clone3, ret allow,
-    # ret EPERM (shared by every denied number), ret ENOSYS, then the tail.
-    after = len(denied)
-    for index, number in enumerate(denied):
-        to_eperm = after - index - 1 + 4  # skip the rest, the three jeqs and ret allow
-        body.append((_JEQ_K, to_eperm, 0, number))
-    body += [
-        # Jumps count from the next instruction: the tail begins 5 after the first.
-        (_JEQ_K, 5 + clone_at, 0, numbers["clone"]),
-        (_JEQ_K, 4 + ioctl_at, 0, numbers["ioctl"]),
-        (_JEQ_K, 2, 0, numbers["clone3"]),  # to ret ENOSYS
-        (_RET_K, 0, 0, _ALLOW),
-        (_RET_K, 0, 0, errno_perm),
-        (_RET_K, 0, 0, errno_nosys),
-    ]
-    head = [
+    program: list[tuple[int, int, int, int]] = [
         (_LD_W_ABS, 0, 0, _ARCH),
         (_JEQ_K, 1, 0, _AUDIT_ARCH[machine]),
-        (_RET_K, 0, 0, errno_nosys),  # another ABI's call
+        (_RET_K, 0, 0, _ERRNO | errno.ENOSYS),  # another ABI's call
         (_LD_W_ABS, 0, 0, _NR),
     ]
     if machine == "x86_64":
-        head += [(_JGE_K, 0, 1, _X32_BIT), (_RET_K, 0, 0, errno_nosys)]
-    return head + body + tail
+        program += [(_JGE_K, 0, 1, _X32_BIT), (_RET_K, 0, 0, _ERRNO | errno.ENOSYS)]
+    # Jumps are counted from the next instruction, up to 255: the program is
+    # laid out as a list of labelled pieces, then the offsets are filled in.
+    jumps: list[tuple[int, str]] = []  # (index of a jeq, the label it jumps to when true)
+    for number in denied:
+        jumps.append((len(program), "eperm"))
+        program.append((_JEQ_K, 0, 0, number))
+    for number in (numbers[name] for name in _NOSYS if name in numbers):
+        jumps.append((len(program), "enosys"))
+        program.append((_JEQ_K, 0, 0, number))
+    for i, (number, _, _, _) in enumerate(checks):
+        jumps.append((len(program), f"check{i}"))
+        program.append((_JEQ_K, 0, 0, number))
+    labels: dict[str, int] = {}
+    program.append((_RET_K, 0, 0, _ALLOW))  # any other call
+    for i, (_, index, mask, equal) in enumerate(checks):
+        labels[f"check{i}"] = len(program)
+        program.append((_LD_W_ABS, 0, 0, _ARG0 + 8 * index))
+        if mask:
+            jumps.append((len(program), "eperm"))
+            program.append((_JSET_K, 0, 0, mask))
+        for value in equal:
+            jumps.append((len(program), "eperm"))
+            program.append((_JEQ_K, 0, 0, value))
+        program.append((_RET_K, 0, 0, _ALLOW))
+    # Last, as jumps only go forward.
+    labels["eperm"] = len(program)
+    program.append((_RET_K, 0, 0, _ERRNO | errno.EPERM))
+    labels["enosys"] = len(program)
+    program.append((_RET_K, 0, 0, _ERRNO | errno.ENOSYS))
+    for at, label in jumps:
+        code, _, jump_false, k = program[at]
+        offset = labels[label] - at - 1
+        if not 0 <= offset <= 255:
+            raise SeccompError(0, f"seccomp: a jump of {offset} does not fit")
+        program[at] = (code, offset, jump_false, k)
+    return program
