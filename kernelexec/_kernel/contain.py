@@ -19,11 +19,13 @@ contained is contained, or it does not start.
   the owner's PID namespace, where the owner sees, signals and ends the
   kernel's tree as before.
 - ``seal`` (the kernel, pid 2, right after its fork): its own mount, IPC,
-  cgroup and (unless ``network``) network namespaces; a ``/proc`` that shows
-  only its namespace's processes; private ``/dev/shm`` and ptys; a ``/sys``
-  of its own network namespace; ``/run`` and the X11 socket folders of
-  ``/tmp`` hidden under empty file systems, allowed paths under them bound
-  back in place (no socket of the machine's services or X server there can be
+  cgroup and (unless ``network``) network namespaces; every mount read-only
+  but the writable paths (Landlock has no right for ``chmod``, ``utime`` or
+  extended attributes); a ``/proc`` that shows only its namespace's
+  processes; private ``/dev/shm`` and ptys; a ``/sys`` of its own network
+  namespace; the folders where Unix sockets live (``MASKED`` and the home)
+  hidden under empty read-only file systems, allowed paths under them bound
+  back in place (Landlock cannot refuse a connection to a socket that can be
   named); loopback up; its limits; every capability dropped for good
   (``SECBIT_NOROOT``: a root kernel's programs get none either);
   ``no_new_privs`` (setuid programs run as the caller); Landlock
@@ -37,8 +39,9 @@ directory (connection file, sockets, private temp dir), ``/dev/shm`` and the
 policy's ``write``. Devices: ``/dev/null`` and its kin, ptys.
 
 Policy: ``{"work_dir", "own_dir", "read": [...], "write": [...], "network":
-bool, "limits": {"open_files", "processes", "data"}, "cgroups": [...],
-"shm_bytes"}``.
+bool, "movable": [...], "limits": {"open_files", "processes", "data"},
+"cgroups": [...], "shm_bytes"}``; ``movable``: a folder kept in view (not
+readable) where the work dir will be renamed to (a pool's kernel).
 
 Run as ``python contain.py probe`` it contains a process that does nothing
 and prints, as JSON, whether that worked and what is missing.
