@@ -36,6 +36,7 @@ from kernelexec import (
 )
 from kernelexec._backends import _zygote
 from kernelexec._backends._local import LocalBackend
+from kernelexec._containment._hints import containment_note
 from kernelexec._containment._platform import support
 from kernelexec._kernel.guard import descendants
 
@@ -672,3 +673,131 @@ def test_a_contained_session_is_not_forked_as_a_process(tmp_path: Path) -> None:
     with Session(tmp_path / "parent", sandbox=True, timeout=60) as parent:
         with pytest.raises(ConfigurationError, match="method='auto' or 'checkpoint'"):
             parent.fork(tmp_path / "copy", method="process")
+
+
+# -- the policy and its notes, without a kernel
+
+
+def test_a_sandbox_is_checked_when_made_and_round_trips() -> None:
+    policy = Sandbox(read=["data"], write=("/tmp/out",), network=True, memory=1 << 30)
+    assert policy.read == (str(Path("data").absolute()),)
+    assert Sandbox.from_dict(policy.to_dict()) == policy
+    with pytest.raises(ValueError, match="a list of paths, not one path"):
+        Sandbox(read="data")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"Sandbox\.memory"):
+        Sandbox(memory=1024)
+    with pytest.raises(ValueError, match=r"Sandbox\.network is True or False"):
+        Sandbox(network="yes")  # type: ignore[arg-type]
+
+
+def test_a_session_cannot_be_given_a_sandbox_and_a_backend(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="backend= or sandbox="):
+        AsyncSession(tmp_path, backend=LocalBackend(), sandbox=True)
+    with pytest.raises(ConfigurationError, match="sandbox=False for another kernelspec"):
+        LocalBackend(kernel_name="bash", sandbox=True)
+
+
+NOTES = [
+    # (code, what the cell printed and raised, the option the note must name)
+    (
+        "%pip install rich",
+        "WARNING: Retrying ... NewConnectionError(... [Errno 101] Network is unreachable')",
+        "packages=[...]",
+    ),
+    (
+        "import urllib.request; urllib.request.urlopen('https://example.org')",
+        "URLError: <urlopen error [Errno -3] Temporary failure in name resolution>",
+        "Sandbox(network=True)",
+    ),
+    (
+        "requests.get('http://localhost:8765/health')",
+        "ConnectionError: ... Failed to establish a new connection: [Errno 111] Connection refused",
+        "network=True",
+    ),
+    (
+        "open('/srv/data/x.csv')",
+        "PermissionError: [Errno 13] Permission denied: '/srv/data/x.csv'",
+        "Sandbox(read=[...])",
+    ),
+    ("!cat /etc/shadow", "cat: /etc/shadow: Permission denied", "Sandbox(read=[...])"),
+    (
+        "open('/home/me/data.csv')",
+        "FileNotFoundError: [Errno 2] No such file or directory: '/home/me/data.csv'",
+        "Sandbox(read=[...])",
+    ),
+    (
+        "open('../up.txt', 'w')",
+        "OSError: [Errno 30] Read-only file system: '../up.txt'",
+        "Sandbox(write=[...])",
+    ),
+]
+
+
+@pytest.mark.parametrize(("code", "text", "option"), NOTES)
+def test_a_failure_from_the_containment_gets_a_note_naming_the_option(
+    code: str, text: str, option: str, tmp_path: Path
+) -> None:
+    note = containment_note(Sandbox(), work_dir=tmp_path, code=code, text=text, raised=True)
+    assert note is not None and option in note, note
+
+
+def test_a_failure_of_its_own_gets_no_note(tmp_path: Path) -> None:
+    def note(text: str, sandbox: Sandbox | None = None) -> str | None:
+        policy = sandbox or Sandbox()
+        return containment_note(policy, work_dir=tmp_path, code="", text=text, raised=True)
+
+    # A file of the work dir, one not there in a folder the kernel sees, a data folder given.
+    assert note(f"PermissionError: [Errno 13] Permission denied: '{tmp_path}/ro.txt'") is None
+    assert note("FileNotFoundError: [Errno 2] No such file or directory: 'missing.csv'") is None
+    assert note("FileNotFoundError: [Errno 2] No such file or directory: '/usr/x'") is None
+    given = Sandbox(read=["/srv/data"])
+    missing = "FileNotFoundError: [Errno 2] No such file or directory: '/srv/data/x.csv'"
+    assert note(missing, given) is None
+    # With a network, being offline is not the sandbox's doing.
+    offline = "URLError: <urlopen error [Errno -3] Temporary failure in name resolution>"
+    assert note(offline, Sandbox(network=True)) is None
+
+
+def test_with_network_true_an_abstract_socket_of_the_host_is_still_out_of_reach(
+    tmp_path: Path,
+) -> None:
+    name = f"\0kx-abstract-{uuid.uuid4().hex[:8]}"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(name)
+        listener.listen(1)
+        with Session(tmp_path / "work", sandbox=Sandbox(network=True), timeout=60) as session:
+            found = attempt(
+                session,
+                f"""
+import socket
+def connect(name):
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(name)
+found = tried(connect, {name!r})
+""",
+            )
+    assert denied(found), found  # Landlock's scope (ABI 6): EPERM
+
+
+def test_the_library_refuses_a_sandbox_it_cannot_give(tmp_path: Path) -> None:
+    # As for serve: a namespace of our own, where no user namespace may be made.
+    script = (
+        "import kernelexec\n"
+        "try:\n"
+        "    kernelexec.Session(sandbox=True)\n"
+        "except kernelexec.ConfigurationError as exc:\n"
+        "    print(exc)\n"
+        "print(kernelexec.Session(sandbox=False).execute('print(6 * 7)').stdout.strip())\n"
+    )
+    shell = f'echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} -c "$0"'
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", shell, script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    said = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    assert "this machine cannot contain a kernel" in said[0] and "sandbox=False" in said[0]
+    assert said[-1] == "42"
