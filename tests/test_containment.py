@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -801,3 +802,32 @@ def test_the_library_refuses_a_sandbox_it_cannot_give(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "this machine cannot contain a kernel" in said[0] and "sandbox=False" in said[0]
     assert said[-1] == "42"
+
+
+def test_a_pooled_server_hands_out_contained_kernels(tmp_path: Path, host: Host) -> None:
+    preload = "import os as _os\n_born_in = _os.getcwd()"
+    server = ServerProcess(tmp_path / "root", "--sandbox", "--pool-size", "1", "--preload", preload)
+    try:
+        probe = (
+            "import json, os\n"
+            f"try:\n    open({str(host.secret)!r}).read(); secret = 'read'\n"
+            "except OSError as exc:\n    secret = type(exc).__name__\n"
+            "print(json.dumps([_born_in != os.getcwd(), os.getcwd(), secret, os.getpid()]))"
+        )
+        deadline = time.monotonic() + 120
+        while True:  # until a session is handed the pool's kernel, not a cold one
+            session = server.create()
+            pooled, cwd, secret, pid = json.loads(server.execute(session, probe)["stdout"])
+            if pooled or time.monotonic() > deadline:
+                break
+            server.http.delete(f"/sessions/{session}")
+            time.sleep(0.5)
+        assert pooled, "no session was handed a pooled kernel"
+        assert cwd == str(server.work_root.resolve() / session)
+        assert secret in ("PermissionError", "FileNotFoundError") and pid == 2
+        assert server.state(session)["sandbox"] is not None
+        written = server.execute(session, "open('mine.txt', 'w').write('x')")
+        assert written["status"] == "ok", written
+        assert (server.work_root.resolve() / session / "mine.txt").read_text() == "x"
+    finally:
+        assert server.stop() == 0
