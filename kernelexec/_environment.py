@@ -151,3 +151,18 @@ def zygote_enabled(wanted: bool | None = None) -> bool:
         return wanted
     value = os.environ.get("KERNELEXEC_ZYGOTE", "").strip().lower()
     return value not in ("0", "false", "no", "off")
+
+
+def sandbox_default(built_in: bool) -> bool:
+    """Whether ``sandbox=None`` contains a kernel: ``KERNELEXEC_SANDBOX``, else ``built_in``.
+
+    ``KERNELEXEC_SANDBOX=1`` (or true, yes, on) contains kernels by default,
+    0 (false, no, off) does not; for running the suite, or a program, either
+    way before containment's default changes.
+    """
+    value = os.environ.get("KERNELEXEC_SANDBOX", "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    return built_in

@@ -831,3 +831,14 @@ def test_a_pooled_server_hands_out_contained_kernels(tmp_path: Path, host: Host)
         assert (server.work_root.resolve() / session / "mine.txt").read_text() == "x"
     finally:
         assert server.stop() == 0
+
+
+def test_kernelexec_sandbox_1_makes_containment_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELEXEC_SANDBOX", "1")
+    with Session(tmp_path / "work", timeout=60) as session:
+        assert session.sandbox == Sandbox()
+        assert session.execute("import os; print(os.getpid())").stdout.strip() == "2"
+    monkeypatch.setenv("KERNELEXEC_SANDBOX", "0")
+    assert AsyncSession(tmp_path / "other").sandbox is None

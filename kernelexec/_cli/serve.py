@@ -287,13 +287,14 @@ def sandbox_from(args: argparse.Namespace) -> Any:
     """The ``Sandbox`` the flags of ``add_sandbox_options`` describe.
 
     False for ``--no-sandbox``; None where none was asked for and containment
-    is not the default yet (``CONTAINED_BY_DEFAULT``).
+    is not the default (``contained_by_default``: ``KERNELEXEC_SANDBOX=1``
+    makes it so).
 
     Raises:
         ConfigurationError: a value is unusable, or this machine cannot contain
             a kernel and ``--no-sandbox`` was not given (one line, exit 2).
     """
-    from .._containment._platform import CONTAINED_BY_DEFAULT, support
+    from .._containment._platform import contained_by_default, support
     from .._containment._sandbox import Sandbox
     from .._server._options import parse_memory
 
@@ -307,7 +308,7 @@ def sandbox_from(args: argparse.Namespace) -> Any:
             for name in ("memory", "processes", "open_files")
         )
     )
-    if not asked and not CONTAINED_BY_DEFAULT:
+    if not asked and not contained_by_default():
         return None  # the library's default: uncontained, until containment is the default
     found = support()
     if not found.ok:

@@ -21,17 +21,19 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from .._environment import sandbox_default
 from .._exceptions import ConfigurationError
 from .._kernel import CONTAIN_SCRIPT
 from ._sandbox import Sandbox
 
-__all__ = ["Support", "choose", "support"]
+__all__ = ["CONTAINED_BY_DEFAULT", "Support", "choose", "contained_by_default", "support"]
 
 log = logging.getLogger("kernelexec")
 
-# Whether ``sandbox=None`` (the default) contains a kernel where this machine can.
-# Off until the whole suite, the README blocks and the notebooks pass with kernels
-# contained (issue #28): until then a caller asks with sandbox=True or a Sandbox.
+# Whether ``sandbox=None`` (the default) contains a kernel where this machine can
+# (``KERNELEXEC_SANDBOX`` says otherwise). Off until the whole suite, the README
+# blocks and the notebooks pass with kernels contained (issue #28): until then a
+# caller asks with sandbox=True or a Sandbox.
 CONTAINED_BY_DEFAULT = False
 _PROBE_WITHIN = 60.0  # seconds: a Python start and a few system calls, on a loaded machine
 _LOCK = threading.Lock()
@@ -94,15 +96,15 @@ def choose(requested: Sandbox | bool | None, *, ours: bool = True) -> Sandbox | 
     """The policy in force for a kernel asked for with ``sandbox=requested``.
 
     ``ours``: the kernel is started by kernelexec's boot script (another
-    kernelspec's cannot be contained). None asks for the default: not
-    contained while ``CONTAINED_BY_DEFAULT`` is off; else contained where this
-    machine can, and not where it cannot (logged once). True, or a ``Sandbox``,
+    kernelspec's cannot be contained). None asks for the default
+    (``contained_by_default``): when it is off, not contained; when on,
+    contained where this machine can, and not where it cannot (logged once). True, or a ``Sandbox``,
     must be honoured.
 
     Raises:
         ConfigurationError: a sandbox was asked for and cannot be had.
     """
-    if requested is False or (requested is None and not CONTAINED_BY_DEFAULT):
+    if requested is False or (requested is None and not contained_by_default()):
         return None
     if requested is not None and not isinstance(requested, (bool, Sandbox)):
         raise ConfigurationError(
@@ -125,6 +127,11 @@ def choose(requested: Sandbox | bool | None, *, ours: bool = True) -> Sandbox | 
             "pass sandbox=False to run it uncontained"
         )
     return requested if isinstance(requested, Sandbox) else Sandbox()
+
+
+def contained_by_default() -> bool:
+    """Whether ``sandbox=None`` asks for containment (``KERNELEXEC_SANDBOX``, else the default)."""
+    return sandbox_default(CONTAINED_BY_DEFAULT)
 
 
 def _say_once(found: Support) -> None:

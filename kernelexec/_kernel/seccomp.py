@@ -185,7 +185,7 @@ def program_for(machine: str) -> list[tuple[int, int, int, int]]:
     denied = [numbers[name] for name in _DENIED if name in numbers]
     # Each check: a call whose argument (its low 32 bits) decides; refused
     # (EPERM) when (argument & mask) is not 0, or when it equals one of ``equal``.
-    checks = [(numbers["clone"], 0, _CLONE_NEW, ())]
+    checks: list[tuple[int, int, int, tuple[int, ...]]] = [(numbers["clone"], 0, _CLONE_NEW, ())]
     checks += [(numbers["ioctl"], 1, 0, (_TIOCSTI, _TIOCLINUX))]
     checks += [
         (numbers[name], index, _SET_ID, ()) for name, index in _MODES.items() if name in numbers
