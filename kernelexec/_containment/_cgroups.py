@@ -9,7 +9,9 @@ of the tree, the kernel first, when it is passed) and ``processes``. They are
 removed once the tree has ended. Where it may not (not root; cgroup v2, whose
 delegation this does not do yet), the kernel falls back on rlimits, per
 process: ``RLIMIT_DATA`` for memory, and ``RLIMIT_NPROC``, which Linux counts
-per user namespace, so per kernel.
+per user namespace, so per kernel. Linux exempts root's processes from
+``RLIMIT_NPROC``: a root kernel's processes are held only by the ``pids``
+cgroup, so as root on a machine with cgroup v2 alone they are not held yet.
 """
 
 from __future__ import annotations
