@@ -842,3 +842,26 @@ def test_kernelexec_sandbox_1_makes_containment_the_default(
         assert session.execute("import os; print(os.getpid())").stdout.strip() == "2"
     monkeypatch.setenv("KERNELEXEC_SANDBOX", "0")
     assert AsyncSession(tmp_path / "other").sandbox is None
+
+
+async def test_a_contained_pools_default_work_dirs_keep_the_temp_dir_hidden(host: Host) -> None:
+    async with KernelPool(1, sandbox=True) as pool:
+        await pool.wait_ready(120)
+        async with AsyncSession(pool=pool) as session:
+            assert pool.ready == 0  # taken: the kernel was the pool's
+            root = pool.sessions_root()
+            assert root is not None and session.work_dir.parent == root
+            found = await attempt_async(
+                session,
+                f"""
+import socket
+def unix(path):
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(path)
+found = {{path: tried(unix, path) for path in {host.sockets!r}}}
+found["tmp"] = tried(os.listdir, "/tmp")
+""",
+            )
+    assert denied(found.pop("tmp"))  # the temp dir is not listed
+    for path, outcome in found.items():
+        assert denied(outcome), (path, outcome)

@@ -163,7 +163,9 @@ class AsyncSession:
                 "packages=, python_version= and venv= make an environment for a local kernel; "
                 "for a Docker kernel give DockerBackend(packages=...) instead"
             )
-        self.work_dir = prepare_work_dir(work_dir)
+        self.work_dir = prepare_work_dir(
+            work_dir, within=pool.sessions_root() if pool is not None else None
+        )
         self.notebook_path = self.work_dir / notebook
         self.timeout = timeout
         self.limits = config.limits

@@ -146,14 +146,14 @@ async def await_pending_restart(session: AsyncSession) -> None:
         session._kernel_up = True
 
 
-def prepare_work_dir(work_dir: str | Path | None) -> Path:
-    """The work dir, made if absent; None makes a temp dir (kept after close).
+def prepare_work_dir(work_dir: str | Path | None, within: Path | None = None) -> Path:
+    """The work dir, made if absent; None makes a temp dir (kept after close), in ``within``.
 
     Raises:
         ConfigurationError: it exists and is no directory, or cannot be made.
     """
     if work_dir is None:
-        return Path(tempfile.mkdtemp(prefix="kernelexec-")).resolve()
+        return Path(tempfile.mkdtemp(prefix="kernelexec-", dir=within)).resolve()
     path = Path(work_dir).expanduser().resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -217,8 +217,10 @@ class KernelPool:
             machine's temp dir or home the kernel sees). A session whose work
             dir is not starts its own kernel.
         work_root: where the sessions' work dirs are; the pool makes a folder
-            of its own in it, for its waiting kernels. Default: the temp dir,
-            where a session's default work dir is made.
+            of its own in it, for its waiting kernels. Default: the temp dir;
+            for contained kernels, a folder of the pool's own there, in which
+            its sessions' default work dirs are made too (a contained kernel
+            sees that folder, not the whole temp dir).
         refill_delay: seconds between taking a kernel and starting its
             replacement, so a kernel's boot (a CPU-second of imports) does not
             slow the session that was just handed one.
@@ -327,6 +329,18 @@ class KernelPool:
             "to take the pool's, or make a pool of this configuration"
         )
 
+    def sessions_root(self) -> Path | None:
+        """Where a session of this pool makes its default work dir; None: the temp dir.
+
+        A contained kernel's work dir must be below the pool's work root (see
+        ``work_root``), so a contained pool makes one of its own if given none.
+        """
+        if self.sandbox is None:
+            return self._work_root
+        if self._work_root is None:
+            self._work_root = Path(tempfile.mkdtemp(prefix="kernelexec-pool-root-")).resolve()
+        return self._work_root
+
     async def take(self, cwd: Path) -> LocalBackend | None:
         """A ready kernel, moved to ``cwd``; None when none is ready (start one cold).
 
@@ -375,7 +389,8 @@ class KernelPool:
             await asyncio.sleep(delay)
         if self._home is None:
             # Where waiting kernels sit until a session moves them to its work dir.
-            self._home = Path(tempfile.mkdtemp(prefix="kernelexec-pool-", dir=self._work_root))
+            root = self.sessions_root()
+            self._home = Path(tempfile.mkdtemp(prefix="kernelexec-pool-", dir=root))
         try:
             python = await self._python()
         except ConfigurationError as exc:  # the environment could not be made
