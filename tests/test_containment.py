@@ -865,3 +865,13 @@ found["tmp"] = tried(os.listdir, "/tmp")
     assert denied(found.pop("tmp"))  # the temp dir is not listed
     for path, outcome in found.items():
         assert denied(outcome), (path, outcome)
+
+
+def test_a_restart_keeping_state_brings_it_back_contained(tmp_path: Path) -> None:
+    with Session(tmp_path / "work", sandbox=True, timeout=60) as session:
+        session.execute("import numpy\nkept = numpy.arange(3)")
+        report = session.restart(keep_state=True)
+        assert report is not None and not report.skipped, report
+        assert session.execute("print(kept.sum())").stdout.strip() == "3"
+        found = attempt(session, 'found = sorted(p for p in os.listdir("/proc") if p.isdigit())')
+        assert found == ["1", "2"], found
