@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from kernelexec._containment._platform import support
+
 ROOT = Path(__file__).parent.parent
 FLOOD_LINES = 100_000  # bench/worker.py's flood (not imported: bench/ is not on sys.path)
 
@@ -126,3 +128,13 @@ def test_the_usage_scenario_measures_the_meter_on_and_off() -> None:
     assert result["meter_reset_us"] > 0 and result["meter_sampled_us"] > 0
     rows = table("usage", {"kernelexec": result, "raw": worker("raw", "usage", 3, "agent.py")})
     assert "| usage: the meter's share of the round trip (p50 on - off) |" in rows
+
+
+@pytest.mark.skipif(not support().ok, reason=f"no containment here: {support().why_not()}")
+def test_the_contained_scenario_measures_both_kinds_in_turn() -> None:
+    result = worker("kernelexec", "contained", 2, script="contained.py")
+    assert len(result["samples"]) == 2 and len(result["plain"]) == 2
+    assert len(result["roundtrip"]) == len(result["roundtrip_plain"]) > 0
+    assert sum(result["forked"]) == 4  # every kernel forked from the zygote
+    rows = table("contained", {"kernelexec": result})
+    assert "| contained: what containment adds to a start (p50 difference) |" in rows
