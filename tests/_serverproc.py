@@ -146,7 +146,11 @@ class ServerProcess:
         return found
 
     def kernel_pid(self, session_id: str) -> int:
-        return int(self.execute(session_id, "import os; print(os.getpid())")["stdout"])
+        """The session's kernel's pid on this machine (not in its own PID namespace)."""
+        pid = int(self.execute(session_id, "import os; print(os.getpid())")["stdout"])
+        if pid != CONTAINED_KERNEL_PID:
+            return pid
+        return host_pid(self.work_root.resolve() / session_id)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
         self.http.close()
@@ -181,6 +185,32 @@ def jupyter_message(
         "content": content,
         "buffers": [],
     }
+
+
+# A contained kernel is pid 2 of a PID namespace of its own (its init is 1).
+CONTAINED_KERNEL_PID = 2
+
+
+def host_pid(work_dir: Path) -> int:
+    """The pid, on this machine, of the contained kernel running in ``work_dir``.
+
+    Found as the process that is pid 2 of a PID namespace below this one
+    (``NSpid``) and whose current folder is ``work_dir``.
+    """
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        spaces = next(
+            (line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), []
+        )
+        if spaces[-1:] == [str(CONTAINED_KERNEL_PID)] and len(spaces) == 2 and cwd == str(work_dir):
+            return int(entry)
+    raise LookupError(f"no contained kernel runs in {work_dir}")
 
 
 def descendants(pid: int) -> set[int]:
