@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,14 @@ def default_memory() -> int | None:
         return None
 
 
-@dataclass(frozen=True)
+class _Default:
+    """The ``memory`` a caller left out: half this machine's, found when the policy is made."""
+
+
+_DEFAULT = _Default()
+
+
+@dataclass(frozen=True, init=False)
 class Sandbox:
     """What a contained local kernel may reach: files, network, memory, processes.
 
@@ -58,16 +65,35 @@ class Sandbox:
         open_files: open files per process. None: this process's limit.
     """
 
-    read: tuple[str, ...] = ()
-    write: tuple[str, ...] = ()
-    network: bool = False
-    memory: int | None = field(default_factory=default_memory)
-    processes: int | None = DEFAULT_PROCESSES
-    open_files: int | None = DEFAULT_OPEN_FILES
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+    network: bool
+    memory: int | None
+    processes: int | None
+    open_files: int | None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "read", _paths("read", self.read))
-        object.__setattr__(self, "write", _paths("write", self.write))
+    def __init__(
+        self,
+        *,
+        read: Iterable[str | os.PathLike[str]] = (),
+        write: Iterable[str | os.PathLike[str]] = (),
+        network: bool = False,
+        memory: int | _Default | None = _DEFAULT,
+        processes: int | None = DEFAULT_PROCESSES,
+        open_files: int | None = DEFAULT_OPEN_FILES,
+    ) -> None:
+        # Written out (not the dataclass's): read and write take any paths and
+        # are kept as absolute strings, and the memory default is this machine's.
+        chosen = default_memory() if isinstance(memory, _Default) else memory
+        for name, value in (
+            ("read", _paths("read", read)),
+            ("write", _paths("write", write)),
+            ("network", network),
+            ("memory", chosen),
+            ("processes", processes),
+            ("open_files", open_files),
+        ):
+            object.__setattr__(self, name, value)
         if not isinstance(self.network, bool):
             raise ValueError(f"Sandbox.network is True or False, not {self.network!r}")
         for name, least in (
