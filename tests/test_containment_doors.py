@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from _contained import CONTAINABLE, Host, attempt_async, denied, planted
+from _mcpclient import stdio_mcp, texts
 from _serverproc import ServerProcess
 
 from kernelexec import AsyncSession, ConfigurationError, KernelPool, Sandbox, Session
@@ -355,3 +356,27 @@ found["tmp"] = tried(os.listdir, "/tmp")
     assert denied(found.pop("tmp"))  # the temp dir is not listed
     for path, outcome in found.items():
         assert denied(outcome), (path, outcome)
+
+
+async def test_mcp_contains_its_sessions_and_a_client_asks_within_the_operators(
+    tmp_path: Path, host: Host
+) -> None:
+    async with stdio_mcp(tmp_path / "root", "--sandbox") as client:
+        probe = "import os; print(os.getpid(), sum(p.isdigit() for p in os.listdir('/proc')))"
+        answer = await client.call_tool("execute_code", {"code": probe})
+        assert texts(answer).strip() == "2 2", texts(answer)
+        secret = await client.call_tool(
+            "execute_code", {"code": f"open({str(host.secret)!r}).read()"}
+        )
+        assert secret.is_error and "Sandbox(read=[...])" in texts(secret), texts(secret)
+        networked = await client.call_tool(
+            "create_session", {"session": "online", "sandbox": {"network": True}}
+        )
+        assert networked.is_error and "--allow-network" in texts(networked), texts(networked)
+        lower = await client.call_tool(
+            "create_session", {"session": "small", "sandbox": {"processes": 64}}
+        )
+        assert not lower.is_error, texts(lower)
+        infos = json.loads(texts(await client.call_tool("list_sessions", {})))
+        small = next(i for i in infos if i["id"] == "small")
+        assert small["sandbox"]["processes"] == 64, small

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .._exceptions import ConfigurationError, KernelStartError
 from .._execution._background import ExecutionStore
@@ -262,6 +263,7 @@ class Sessions:
                 created=iso(entry.created),
                 last_activity=iso(entry.last_activity),
                 executions=entry.executions,
+                sandbox=_policy(entry.session),
             ).to_dict()
             | {"options": entry.options.to_dict(), "work_dir": str(entry.session.work_dir)}
             for name, entry in sorted(self._entries.items())
@@ -273,3 +275,9 @@ class Sessions:
         entries, self._entries = list(self._entries.values()), {}
         await asyncio.gather(*(e.session.close() for e in entries), return_exceptions=True)
         await self._making.close()
+
+
+def _policy(session: AsyncSession) -> dict[str, Any] | None:
+    """The containment in force for a session's kernel, as ``GET /sessions/{id}`` shows it."""
+    policy = session.sandbox
+    return None if policy is None else policy.to_dict()
