@@ -10,6 +10,7 @@ the notes naming the option that allows what the containment refused.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -380,3 +381,28 @@ async def test_mcp_contains_its_sessions_and_a_client_asks_within_the_operators(
         infos = json.loads(texts(await client.call_tool("list_sessions", {})))
         small = next(i for i in infos if i["id"] == "small")
         assert small["sandbox"]["processes"] == 64, small
+
+
+def test_where_it_cannot_contain_the_default_says_so_once_and_runs_uncontained(
+    tmp_path: Path,
+) -> None:
+    script = (
+        "import logging, kernelexec\n"
+        "logging.basicConfig(format='%(message)s')\n"
+        "for _ in range(2):\n"
+        "    with kernelexec.Session() as session:\n"
+        "        print(session.sandbox, session.execute('print(6 * 7)').stdout.strip())\n"
+    )
+    shell = f'echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} -c "$0"'
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", shell, script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+        env={**os.environ, "KERNELEXEC_SANDBOX": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["None 42", "None 42"]
+    said = [line for line in done.stderr.splitlines() if "uncontained" in line]
+    assert len(said) == 1 and "cannot contain them" in said[0] and "root" in said[0], said
