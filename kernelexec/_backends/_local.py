@@ -83,6 +83,9 @@ class LocalBackend:
             (``Limits.max_message_bytes``; a session sets its own).
     """
 
+    # A running kernel of this backend can be copied by fork() (a container cannot).
+    forks_as_process = True
+
     def __init__(
         self,
         *,
