@@ -367,7 +367,7 @@ class LocalBackend:
         # Kernels of kernelexec's boot script answer fork requests; others do not.
         booted = self.python is not None or self.kernel_name == "python3"
         running = self._channels is not None and self._process is not None
-        return booted and running and hasattr(os, "pidfd_open")
+        return self.forks_as_process and booted and running and hasattr(os, "pidfd_open")
 
     async def ask_control(
         self, msg_type: str, content: dict[str, Any], reply: str, timeout: float
