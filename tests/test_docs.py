@@ -119,6 +119,17 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     ids = set(re.findall(r'id="(kernelexec[\w.]*)"', reference))
     public = {f"kernelexec.{name}" for name in kernelexec.__all__ if name != "__version__"}
     assert public - ids == set()
+    # ... and so has every public member of those classes, with a docstring or not
+    # (Session.interrupt, restart and close once had none, and no entry).
+    members = {
+        f"kernelexec.{name}.{member}"
+        for name in kernelexec.__all__
+        if isinstance(getattr(kernelexec, name), type)
+        for member in vars(getattr(kernelexec, name))
+        if not member.startswith("_")
+    }
+    assert "kernelexec.Session.interrupt" in members
+    assert members - ids == set()
     assert "kernelexec.AsyncSession.execute" in ids
     assert "kernelexec.integrations.autogen.KernelexecCodeExecutor" in ids
     # The benchmark page is bench/RESULTS.md as `python -m bench` last wrote it.

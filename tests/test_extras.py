@@ -7,10 +7,17 @@ checks the same in a real one.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator
+from importlib import metadata
+from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from kernelexec._extras import install_line
 
@@ -71,3 +78,71 @@ def test_a_command_without_its_extra_is_one_line_naming_it(
     )
     assert proc.stderr.count("\n") == 1
     assert "PyPI" not in proc.stderr and "pip install 'kernelexec[" not in proc.stderr
+
+
+# Names the tests import that no package provides: modules a test makes itself,
+# a backport for older Pythons, and code that runs elsewhere.
+NOT_PACKAGES = {
+    "kx_backend_base": "a package test_hostile_packages.py builds and installs",
+    "no_such_module_here": "test_pool.py's failing preload",
+    "tool": "a module test_checkpoint.py writes into the work dir",
+    "tomli": "tomllib's backport, imported only before Python 3.11",
+    "setuptools": "a setup.py pip runs in its own build environment",
+}
+
+
+def _imports(tree: ast.AST) -> Iterator[str]:
+    """Top-level module names imported, in code and in code held in strings (kernel cells)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module.split(".")[0]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if "import" in node.value:
+                with contextlib.suppress(SyntaxError, ValueError):
+                    yield from _imports(ast.parse(node.value))
+
+
+def _requirement_closure(name: str, extras: Iterable[str]) -> set[str]:
+    """The distributions ``pip install name[extras]`` brings, as installed here."""
+    found: set[str] = set()
+    todo, done = [(name, frozenset(extras))], set()
+    while todo:
+        dist, wanted = todo.pop()
+        key = (canonicalize_name(dist), wanted)
+        if key in done:
+            continue
+        done.add(key)
+        found.add(key[0])
+        try:
+            requires = metadata.requires(dist) or []
+        except metadata.PackageNotFoundError:
+            continue  # left out by a marker of this platform
+        for text in requires:
+            req = Requirement(text)
+            if req.marker and not any(req.marker.evaluate({"extra": e}) for e in ("", *wanted)):
+                continue
+            todo.append((req.name, frozenset(req.extras)))
+    return found
+
+
+def test_every_package_the_tests_import_comes_with_the_test_extra() -> None:
+    # A package installed here by hand passes the suite here and fails a newcomer's
+    # fresh venv (scikit-learn once did: tests/test_fork_hazards.py's kernels import it).
+    tests = Path(__file__).parent
+    local = {path.stem for path in tests.glob("*.py")} | {"kernelexec", "bench"}
+    wanted: dict[str, set[str]] = {}
+    for path in sorted(tests.glob("*.py")):
+        for top in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if top not in sys.stdlib_module_names and top not in local | set(NOT_PACKAGES):
+                wanted.setdefault(top, set()).add(path.name)
+    installed = _requirement_closure("kernelexec", ["test"])
+    providers = metadata.packages_distributions()
+    missing = {
+        top: sorted(files)
+        for top, files in wanted.items()
+        if not {canonicalize_name(d) for d in providers.get(top, [])} & installed
+    }
+    assert "pytest" in wanted and "pandas" in wanted  # the scan sees imports at all
+    assert missing == {}, f"imported by the tests, not brought by kernelexec[test]: {missing}"

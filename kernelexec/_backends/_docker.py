@@ -84,6 +84,8 @@ class DockerBackend(LocalBackend):
         startup_timeout: seconds the kernel gets to answer.
     """
 
+    forks_as_process = False
+
     def __init__(
         self,
         *,

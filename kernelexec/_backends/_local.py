@@ -94,6 +94,9 @@ class LocalBackend:
         ConfigurationError: a sandbox asked for cannot be had here.
     """
 
+    # A running kernel of this backend can be copied by fork() (a container cannot).
+    forks_as_process = True
+
     def __init__(
         self,
         *,
@@ -419,7 +422,7 @@ class LocalBackend:
         narrow (Landlock), so it could not be given a work dir of its own.
         """
         running = self._channels is not None and self._process is not None
-        return self._boots() and running and hasattr(os, "pidfd_open") and self.sandbox is None
+        return self.forks_as_process and self._boots() and running and hasattr(os, "pidfd_open") and self.sandbox is None
 
     def _boots(self) -> bool:
         """Whether the kernel is kernelexec's boot script's (others' are launched as is)."""

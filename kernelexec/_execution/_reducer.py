@@ -96,6 +96,7 @@ class ExecutionReducer:
     ) -> None:
         self.msg_id = msg_id
         self.idle = False
+        self.heard = False  # a message of this execution's has come (its busy status first)
         self.replied = False
         self.execution_count: int | None = None
         self.error: ExecutionError | None = None
@@ -150,6 +151,7 @@ class ExecutionReducer:
         parent = msg.get("parent_header") or {}
         if parent.get("msg_id") != self.msg_id:
             return False
+        self.heard = True
         handler = self._handlers.get(msg.get("header", {}).get("msg_type", ""))
         if handler is not None:
             try:

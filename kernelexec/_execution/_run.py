@@ -146,6 +146,11 @@ class _Run:
         if notice["at"] < self.sent:
             return  # between executions (a thread's output, a person's cell): nothing of ours
         channel = notice.get("channel")
+        if channel == "iopub" and not self.reducer.heard:
+            # IOPub keeps its order, and this execution's output follows its busy
+            # status: a drop before anything of ours was another request's (a
+            # JupyterLab cell's), seen late because the socket was being made again.
+            return
         self.reducer.dropped(
             channel, cap=notice["cap"], size=notice.get("bytes"), count=notice["count"]
         )

@@ -100,7 +100,7 @@ async def fork_session(
             f"method={method!r}: use one of {', '.join(repr(m) for m in FORK_METHODS)}"
         )
     parent._check_open()
-    if method == "process" and not isinstance(parent._backend, LocalBackend):
+    if method == "process" and not getattr(parent._backend, "forks_as_process", False):
         raise ConfigurationError(
             f"a {type(parent._backend).__name__} kernel cannot be forked as a process; "
             "use method='auto' or 'checkpoint'"

@@ -79,6 +79,7 @@ class SyncExecution:
 
     @property
     def id(self) -> str:
+        """Its id, unique in its session (what ``Session.execution`` takes)."""
         return self.async_execution.id
 
     @property
@@ -98,6 +99,7 @@ class SyncExecution:
 
     @property
     def language(self) -> str:
+        """The language it runs as: "python" or "bash"."""
         return self.async_execution.language
 
     @property
@@ -131,6 +133,7 @@ class SyncExecution:
         return self.async_execution.error
 
     def done(self) -> bool:
+        """Whether it has ended (done, cancelled or failed)."""
         return self.async_execution.done()
 
     def wait(self, timeout: float | None = None) -> ExecutionResult | None:
@@ -218,14 +221,17 @@ class Session:
 
     @property
     def replay_report(self) -> ReplayReport | None:
+        """What ``from_transcript`` replayed, for a session it made; else None."""
         return self._async.replay_report
 
     @property
     def restore_report(self) -> RestoreReport | None:
+        """What ``restore`` brought back, for a session it made; else None."""
         return self._async.restore_report
 
     @property
     def fork_report(self) -> ForkReport | None:
+        """How ``fork`` made this session (a process or a checkpoint, and why); else None."""
         return self._async.fork_report
 
     def __repr__(self) -> str:
@@ -244,14 +250,17 @@ class Session:
 
     @property
     def work_dir(self) -> Path:
+        """The session's work dir: the kernel's cwd, where its outputs and transcript go."""
         return self._async.work_dir
 
     @property
     def notebook_path(self) -> Path:
+        """The session's transcript (``transcript.ipynb`` in the work dir)."""
         return self._async.notebook_path
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called; a closed session runs nothing more."""
         return self._async.closed
 
     @property
@@ -265,6 +274,7 @@ class Session:
         return self._async.connection_info
 
     def start(self) -> Session:
+        """Starts the kernel now rather than on the first execution."""
         _call(self._async.start())
         _open.add(self._async)
         return self
@@ -341,9 +351,16 @@ class Session:
         )
 
     def interrupt(self) -> None:
+        """Interrupts what the kernel runs now, as Ctrl-C would; its state is kept."""
         _call(self._async.interrupt())
 
     def restart(self, *, keep_state: bool = False) -> RestoreReport | None:
+        """Replaces the kernel with a fresh one; see ``AsyncSession.restart``.
+
+        Args:
+            keep_state: carry the variables and imports over (checkpoint,
+                restart, restore); the report says what came back and what did not.
+        """
         return _call(self._async.restart(keep_state=keep_state))
 
     def checkpoint(
@@ -387,9 +404,11 @@ class Session:
         return _call(self._async.inspect(name))
 
     def flush(self) -> None:
+        """Returns once the transcript file holds every execution so far."""
         _call(self._async.flush())
 
     def close(self) -> None:
+        """Shuts the kernel (and its children) down; files and transcript stay."""
         _open.discard(self._async)
         _call(self._async.close())
 
