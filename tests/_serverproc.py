@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _pids import host_pid
 
 TOKEN = "test-token-0123456789"
 # A class whose pickling takes ``seconds``: a checkpoint (or a suspend) of ``Slow(60)``
@@ -148,9 +149,7 @@ class ServerProcess:
     def kernel_pid(self, session_id: str) -> int:
         """The session's kernel's pid on this machine (not in its own PID namespace)."""
         pid = int(self.execute(session_id, "import os; print(os.getpid())")["stdout"])
-        if pid != CONTAINED_KERNEL_PID:
-            return pid
-        return host_pid(self.work_root.resolve() / session_id)
+        return host_pid(pid, self.work_root / session_id)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
         self.http.close()
@@ -187,32 +186,6 @@ def jupyter_message(
     }
 
 
-# A contained kernel is pid 2 of a PID namespace of its own (its init is 1).
-CONTAINED_KERNEL_PID = 2
-
-
-def host_pid(work_dir: Path) -> int:
-    """The pid, on this machine, of the contained kernel running in ``work_dir``.
-
-    Found as the process that is pid 2 of a PID namespace below this one
-    (``NSpid``) and whose current folder is ``work_dir``.
-    """
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{entry}/status").read_text()
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-        except OSError:
-            continue
-        spaces = next(
-            (line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), []
-        )
-        if spaces[-1:] == [str(CONTAINED_KERNEL_PID)] and len(spaces) == 2 and cwd == str(work_dir):
-            return int(entry)
-    raise LookupError(f"no contained kernel runs in {work_dir}")
-
-
 def descendants(pid: int) -> set[int]:
     """Every process below ``pid``, from /proc."""
     children: dict[int, list[int]] = {}
@@ -233,21 +206,27 @@ def descendants(pid: int) -> set[int]:
 
 
 def kernels_below(pid: int) -> set[int]:
-    """The processes below ``pid`` but its kernel zygotes (which live as long as it does).
+    """The processes below ``pid`` but its kernel zygotes (which live as long as it does)
+    and contained kernels' namespace inits (which live as long as their supervisors).
 
     A kernel forked from a zygote is the zygote's descendant, and is counted.
     """
     found = descendants(pid)
-    zygotes = set()
+    left_out = set()
     for child in found:
         try:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
             stat = Path(f"/proc/{child}/stat").read_text()
+            status = Path(f"/proc/{child}/status").read_text()
         except OSError:
             continue
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"zygote.py" in cmdline:
-            zygotes.add(child)
-    return found - zygotes
+            left_out.add(child)
+        if any(
+            line.split()[2:] == ["1"] for line in status.splitlines() if line.startswith("NSpid:")
+        ):
+            left_out.add(child)  # pid 1 of a PID namespace below this one
+    return found - left_out
 
 
 def peak_mb(pid: int) -> float:

@@ -29,6 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{_testvenvs.MARKER}(name): needs a venv the suite makes before any test runs "
         "(tests/_testvenvs.py)",
     )
+    config.addinivalue_line(
+        "markers",
+        "uncontained: runs its kernels uncontained (KERNELEXEC_SANDBOX=0, a server it starts "
+        "too): for what only an uncontained kernel does, such as a process fork",
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -74,6 +79,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for nodeid in _skipped:
             print(f"  {nodeid}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _uncontained(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("uncontained") is not None:
+        monkeypatch.setenv("KERNELEXEC_SANDBOX", "0")
 
 
 @pytest.fixture

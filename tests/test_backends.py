@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from _pids import default_fork_method
 from servers import eg_gateway, kernel_image, tuned_gateway
 
 from kernelexec import AsyncSession, CheckpointError, DockerBackend, GatewayBackend, KernelBackend
@@ -136,7 +137,7 @@ async def test_a_fork_carries_the_state_on_every_backend(
     async with await ksession.fork(tmp_path / "fork") as fork:
         report = fork.fork_report
         assert report is not None
-        assert report.method == ("process" if kind == "local" else "checkpoint")
+        assert report.method == (default_fork_method() if kind == "local" else "checkpoint")
         assert type(fork._backend) is type(ksession._backend)
         answer = await fork.execute("print(saved['pi'], math.sqrt(4))")
         assert answer.stdout == "3.142 2.0\n", answer.text

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _pids import host_pid, kernel_pid
 from conftest import process_gone
 
 from kernelexec import AsyncSession
@@ -60,8 +61,10 @@ def test_no_kernel_outlives_its_owner(tmp_path: Path, how: str) -> None:
     )
     assert owner.stdout is not None
     line = owner.stdout.readline()
-    pids = [int(p) for p in line.split()]
-    assert len(pids) == 4, owner.stderr.read() if owner.stderr else line
+    seen = [int(p) for p in line.split()]
+    assert len(seen) == 4, owner.stderr.read() if owner.stderr else line
+    # Each session's kernel, then its child, as this machine numbers them.
+    pids = [host_pid(pid, tmp_path / f"s{i // 2}") for i, pid in enumerate(seen)]
     sockets = [Path(d) for d in owner.stdout.readline().split()]
     assert len(sockets) == 2 and all(d.is_dir() for d in sockets)
     assert not any(process_gone(p) for p in pids)
@@ -81,17 +84,18 @@ def test_no_kernel_outlives_its_owner(tmp_path: Path, how: str) -> None:
 
 async def test_close_stops_the_kernel_and_its_children(tmp_path: Path) -> None:
     async with AsyncSession(tmp_path) as s:
-        kernel = int((await s.execute("import os; os.getpid()")).text)
+        kernel = await kernel_pid(s)
         child = int(
             (await s.execute("import subprocess; subprocess.Popen(['sleep', '600']).pid")).text
         )
+        child = host_pid(child, s.work_dir)
     assert await asyncio.to_thread(wait_gone, [kernel, child]) == []
     assert os.path.exists(tmp_path / "transcript.ipynb")
 
 
 async def test_close_during_an_execution_ends_it_and_starts_no_new_kernel(tmp_path: Path) -> None:
     s = AsyncSession(tmp_path, interrupt_grace=0.5)
-    kernel = int((await s.execute("import os; os.getpid()")).text)
+    kernel = await kernel_pid(s)
     task = asyncio.create_task(
         s.execute(
             "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)"

@@ -65,9 +65,12 @@ found["unix"] = {{path: tried(unix, path) for path in {host.sockets!r}}}
         assert denied(found["outside"]) and not (host.outside / "new").exists()
         for path, outcome in found["unix"].items():
             assert denied(outcome), (path, outcome)
-        # A work dir outside the pool's work root would not be in the kernel's view.
+        # A work dir outside the pool's work root would not be in the kernel's
+        # view: the session says so, and starts its own.
         await pool.wait_ready(120)
-        async with AsyncSession(tmp_path / "elsewhere", pool=pool) as b:
+        with pytest.warns(UserWarning, match=r"below the pool's work root \("):
+            b = AsyncSession(tmp_path / "elsewhere", pool=pool)
+        async with b:
             assert pool.ready == 1 and (await b.execute("print(1)")).stdout == "1\n"
 
 
@@ -183,10 +186,11 @@ async def test_a_venv_preload_variables_background_and_a_second_client_work_cont
 def test_the_kernels_constants_are_the_hosts() -> None:
     # contain.py runs inside the kernel, loaded by path: it keeps its own copies.
     from kernelexec import _kernel
-    from kernelexec._kernel import contain
+    from kernelexec._kernel import contain, guard
 
     assert contain.MASKED == _kernel.MASKED
     assert contain.CANNOT_CONTAIN == _kernel.CANNOT_CONTAIN
+    assert guard._PRIVATE_TMP == _kernel.PRIVATE_TMP
 
 
 # -- the policy and its notes, without a kernel

@@ -23,7 +23,9 @@ from kernelexec import AsyncSession, DockerBackend, Session, SessionBusyError
 from kernelexec._kernel.guard import descendants
 
 # Every test here holds for a parent forked from a zygote and for a spawned one.
-pytestmark = pytest.mark.usefixtures("kernel_start")
+# A process fork copies an uncontained kernel; a contained one is checkpointed
+# and restored instead (tests/test_containment.py forks contained kernels).
+pytestmark = [pytest.mark.usefixtures("kernel_start"), pytest.mark.uncontained]
 
 STATE = """
 import math, numpy as np

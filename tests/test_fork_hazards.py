@@ -22,7 +22,9 @@ from conftest import SOON
 
 from kernelexec import AsyncSession, ConfigurationError, DockerBackend
 
-pytestmark = pytest.mark.usefixtures("kernel_start")
+# A process fork copies an uncontained kernel; a contained one is checkpointed
+# and restored instead (tests/test_containment.py forks contained kernels).
+pytestmark = [pytest.mark.usefixtures("kernel_start"), pytest.mark.uncontained]
 
 # KMeans' Lloyd iterations are an OpenMP prange (scikit-learn bundles libgomp).
 OPENMP = """

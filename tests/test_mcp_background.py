@@ -21,13 +21,12 @@ from mcp import ClientSession
 from mcp.types import CallToolResult
 from test_mcp_remote import remote_mcp
 
-
-def _gated(flag: Path) -> str:
-    """Prints a and b, waits for ``flag`` to exist, prints c."""
-    return (
-        "import os, time\nprint('a', flush=True)\nprint('b', flush=True)\n"
-        f"while not os.path.exists({str(flag)!r}):\n    time.sleep(0.05)\nprint('c')\n'end'"
-    )
+# Prints a and b, waits for a file named go in its work dir (the one folder a
+# contained kernel shares with the test), prints c.
+GATED = (
+    "import os, time\nprint('a', flush=True)\nprint('b', flush=True)\n"
+    "while not os.path.exists('go'):\n    time.sleep(0.05)\nprint('c')\n'end'"
+)
 
 
 async def _call(client: ClientSession, tool: str, **arguments: Any) -> CallToolResult:
@@ -63,14 +62,11 @@ async def _door(kind: str, tmp_path: Path) -> AsyncIterator[tuple[Any, ServerPro
 async def test_start_leave_reattach_read_from_an_offset_and_finish(
     kind: str, tmp_path: Path
 ) -> None:
-    flag = tmp_path / "go"
     async with _door(kind, tmp_path) as (open_client, server):
         async with open_client() as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             assert {"get_execution", "cancel_execution"} <= tools
-            started = await _call(
-                client, "execute_code", code=_gated(flag), background=True, timeout=120
-            )
+            started = await _call(client, "execute_code", code=GATED, background=True, timeout=120)
             assert not started.is_error, texts(started)
             sc = started.structured_content
             assert sc is not None and sc["state"] in ("queued", "running")
@@ -78,10 +74,12 @@ async def test_start_leave_reattach_read_from_an_offset_and_finish(
             assert execution_id in texts(started)
             if kind == "local":
                 # The same MCP server, a new tool call: the first one has long ended.
+                flag = tmp_path / "root" / "default" / "go"
                 await _reattached(client, execution_id, "default", flag)
                 return
             session = (await asyncio.to_thread(server.http.get, "/sessions")).json()["sessions"]
             [session_id] = [s["id"] for s in session]
+            flag = tmp_path / "work" / session_id / "go"
         # That MCP server is gone; a new one finds the execution on the server by id.
         async with open_client() as client:
             await _reattached(client, execution_id, session_id, flag)

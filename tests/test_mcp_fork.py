@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from _mcpclient import stdio_mcp, texts
+from _pids import default_fork_method
 from _serverproc import ServerProcess
 from test_mcp_remote import call, remote_mcp
 
@@ -16,7 +17,7 @@ async def test_local_fork_checkpoint_and_restore(tmp_path: Path) -> None:
         forked = await call(client, "fork_session", session="a")
         assert not forked.is_error, texts(forked)
         info = json.loads(texts(forked))
-        assert info["name"] == "a-fork-1" and info["fork_report"]["method"] == "process"
+        assert info["name"] == "a-fork-1" and info["fork_report"]["method"] == default_fork_method()
         child = await call(client, "execute_code", code="x.append(2); x", session="a-fork-1")
         assert texts(child) == "[1, 2]\n"
         parent = await call(client, "execute_code", code="x", session="a")
@@ -52,7 +53,8 @@ async def test_remote_fork_checkpoint_and_restore(tmp_path: Path) -> None:
             forked = json.loads(
                 texts(await call(client, "fork_session", session="a", new_name="f"))
             )
-            assert forked["name"] == "f" and forked["fork_report"]["method"] == "process"
+            assert forked["name"] == "f"
+            assert forked["fork_report"]["method"] == default_fork_method()
             assert texts(await call(client, "execute_code", code="y", session="f")) == "'made'\n"
             asked = await call(client, "fork_session", session="a", method="checkpoint")
             assert json.loads(texts(asked))["fork_report"]["method"] == "checkpoint"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from _mcpclient import stdio_mcp, texts
+from _pids import host_pid
 from _serverproc import ServerProcess, kernels_below
 from mcp import ClientSession, MCPError
 from test_mcp_remote import call, remote_mcp
@@ -40,8 +41,9 @@ async def kernel_pids(client: ClientSession, names: list[str]) -> set[int]:
     """Each named session's kernel and its supervisor (the process above it)."""
     pids = set()
     for name in names:
-        answer = await call(client, "execute_code", code="import os; os.getpid()", session=name)
-        pid = int(texts(answer))
+        code = "import os; print(os.getpid(), os.getcwd())"
+        seen, work_dir = texts(await call(client, "execute_code", code=code, session=name)).split()
+        pid = host_pid(int(seen), Path(work_dir))
         pids |= {pid, parent_of(pid)}
     return pids
 

@@ -13,15 +13,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from _pids import kernel_pid
 from conftest import SOON
 
 from kernelexec import AsyncSession
 
 IGNORE_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-
-
-async def kernel_pid(session: AsyncSession) -> int:
-    return int((await session.execute("import os; os.getpid()")).text)
 
 
 async def test_timeout_interrupts_and_keeps_state(session: AsyncSession) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from _pids import host_pid
 from conftest import process_gone
 from test_markdown import REAL_MESSAGE, REAL_OUTCOMES
 
@@ -193,7 +194,7 @@ def test_on_a_terminal_output_is_live_coloured_and_ctrl_c_stops_with_the_summary
     proc, master = spawn_on_a_terminal([str(tmp_path / "long.md"), "--work-dir", str(work)])
     screen = Lines(read_terminal(master))
     try:
-        kernel = check_first_print_was_live(screen)
+        kernel = host_pid(check_first_print_was_live(screen), work)
         os.write(master, b"\x03")  # Ctrl-C, typed
         assert proc.wait(timeout=60) == 130
     finally:
@@ -223,12 +224,14 @@ def wait_gone(pid: int) -> bool:
 
 
 def test_sigint_with_json_prints_every_block_and_the_final_line(tmp_path: Path) -> None:
-    started = tmp_path / "started"  # --json shows no live output: the block says it is running
+    # --json shows no live output: the block says it is running, in its work
+    # dir (all a contained kernel may write).
+    started = tmp_path / "work" / "started"
     printed = 'print("first", time.time(), os.getpid())\n'
-    message = LONG_MESSAGE.replace(printed, f"{printed}open({str(started)!r}, 'w')\n")
+    message = LONG_MESSAGE.replace(printed, f"{printed}open('started', 'w')\n")
     (tmp_path / "long.md").write_text(message)
     proc = subprocess.Popen(
-        [*COMMAND, str(tmp_path / "long.md"), "--json"],
+        [*COMMAND, str(tmp_path / "long.md"), "--json", "--work-dir", str(tmp_path / "work")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -276,7 +279,7 @@ def test_a_second_ctrl_c_stops_a_block_that_ignores_the_first(tmp_path: Path) ->
     work = tmp_path / "work"
     proc, out, err = spawn_on_pipes([str(tmp_path / "stubborn.md"), "--work-dir", str(work)])
     try:
-        kernel = int(out.wait_for("pid ")[1].split()[1])
+        kernel = host_pid(int(out.wait_for("pid ")[1].split()[1]), work)
         proc.send_signal(signal.SIGINT)
         out.wait_for("ignored")
         proc.send_signal(signal.SIGINT)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+from _pids import default_fork_method
 from _serverproc import ServerProcess, raw_request
 
 from kernelexec import Client, ServerError
@@ -19,7 +21,7 @@ def test_fork_carries_state_diverges_is_listed_and_counts(tmp_path: Path) -> Non
         assert forked.status_code == 201, forked.text
         body = forked.json()
         child = body["id"]
-        assert child != parent and body["fork_report"]["method"] == "process"
+        assert child != parent and body["fork_report"]["method"] == default_fork_method()
         assert body["fork_report"]["parent_cells"] == 1 and body["fork_report"]["files"] >= 1
         # State and files carried, then each goes its own way.
         assert server.execute(child, "x.append(3); (x, K.v, open('f.txt').read())")["text"] == (
@@ -146,6 +148,9 @@ def test_unknown_hostile_and_damaged_checkpoints_are_clear_4xx(tmp_path: Path) -
     assert "Traceback" not in log
 
 
+# An uncontained kernel can reach the store; a contained one cannot write
+# outside its work dir at all (test_containment.py).
+@pytest.mark.uncontained
 def test_a_kernel_cannot_redirect_the_store_with_a_link(tmp_path: Path) -> None:
     """The store is outside every work dir; a local kernel (the server's user) that
     plants a link at it gets the link moved aside, never written through."""
@@ -189,7 +194,7 @@ def test_the_clients_fork_checkpoint_and_restore(tmp_path: Path) -> None:
             session = client.session()
             session.execute("y = {'a': 1}")
             fork = session.fork()
-            assert fork.fork_report is not None and fork.fork_report.method == "process"
+            assert fork.fork_report is not None and fork.fork_report.method == default_fork_method()
             assert fork.execute("y['a'] + 1").text == "2\n"
             checkpoint = session.checkpoint()
             assert [v.name for v in checkpoint.variables] == ["y"]

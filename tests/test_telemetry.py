@@ -155,7 +155,7 @@ async def test_a_session_traces_create_start_execute_write_and_close(
 async def test_a_kernel_from_a_pool_is_traced_as_pool_and_a_restart_as_one(
     spans: InMemorySpanExporter, tmp_path: Path
 ) -> None:
-    async with KernelPool(1) as pool:
+    async with KernelPool(1, work_root=tmp_path) as pool:
         await pool.wait_ready(120)
         async with AsyncSession(tmp_path / "pooled", pool=pool) as session:
             await session.execute("1")

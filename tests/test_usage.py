@@ -41,6 +41,8 @@ NOBODY = (
 )
 
 
+# The kernel drops to another uid itself, which a contained kernel cannot.
+@pytest.mark.uncontained
 @pytest.mark.parametrize("start", ["forked", "spawned"], indirect=False)
 async def test_peak_memory_of_a_kernel_that_is_not_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str
@@ -64,6 +66,8 @@ async def test_peak_memory_of_a_kernel_that_is_not_root(
     assert again.peak_rss_bytes is not None and again.peak_rss_bytes < 200 * MB
 
 
+# A process fork: a contained parent is checkpointed instead.
+@pytest.mark.uncontained
 async def test_a_fork_measures_itself_not_its_parent(tmp_path: Path) -> None:
     """A fork's peak is its own: its /proc files are not the parent's it inherited."""
     async with AsyncSession(tmp_path / "parent", timeout=60) as parent:

@@ -86,8 +86,8 @@ class LocalBackend:
         max_message_bytes: the host's cap on one message from the kernel
             (``Limits.max_message_bytes``; a session sets its own).
         sandbox: contain the kernel (``kernelexec.Sandbox``): None, the
-            default (uncontained for now); True, the default policy; False,
-            not. kernelexec's own kernel only: another kernelspec's runs as
+            default (contained where this machine can); True, the default
+            policy; False, not. kernelexec's own kernel only: another kernelspec's runs as
             its spec says.
 
     Raises:
@@ -422,7 +422,9 @@ class LocalBackend:
         narrow (Landlock), so it could not be given a work dir of its own.
         """
         running = self._channels is not None and self._process is not None
-        return self.forks_as_process and self._boots() and running and hasattr(os, "pidfd_open") and self.sandbox is None
+        uncontained = self.sandbox is None
+        pidfds = hasattr(os, "pidfd_open")
+        return self.forks_as_process and self._boots() and running and uncontained and pidfds
 
     def _boots(self) -> bool:
         """Whether the kernel is kernelexec's boot script's (others' are launched as is)."""
@@ -485,7 +487,7 @@ class LocalBackend:
         python = self.python or sys.executable
         return AsyncKernelManager(
             kernel_name="kernelexec-python",
-            kernel_spec_manager=BootSpecs(python),
+            kernel_spec_manager=BootSpecs(python, contained=self.sandbox is not None),
             context=context(),
             **self._ipc_transport(),
         )

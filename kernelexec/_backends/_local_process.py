@@ -57,9 +57,14 @@ def context() -> zmq.asyncio.Context:
 class BootSpecs(KernelSpecManager):
     """Serves a spec that launches ipykernel through kernelexec's boot script."""
 
-    def __init__(self, python: str) -> None:
+    def __init__(self, python: str, *, contained: bool = False) -> None:
         super().__init__()
-        self._argv = [python, str(BOOT_SCRIPT), "-f", "{connection_file}"]
+        # A contained kernel's boot makes a user namespace, which a process with
+        # threads cannot: Python starts without its site (whose .pth files and
+        # sitecustomize may start threads, as OpenTelemetry's auto-instrumentation
+        # does), and boot runs it in the kernel once the namespaces are made.
+        isolated = ["-S"] if contained else []
+        self._argv = [python, *isolated, str(BOOT_SCRIPT), "-f", "{connection_file}"]
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
         return KernelSpec(

@@ -228,16 +228,17 @@ def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
     """The containment of local kernels (serve and mcp): on unless ``--no-sandbox``."""
     group = parser.add_argument_group(
         "containment of local kernels",
-        "With --sandbox (or any --sandbox-* option), each local kernel reads only what "
-        "Python and the system need and its work dir, writes only its work dir and a temp "
-        "dir, sees only its own processes and has no network (kernelexec.Sandbox). Where "
-        "this machine cannot contain kernels, the server then refuses to start.",
+        "Unless --no-sandbox, each local kernel reads only what Python and the system "
+        "need and its work dir, writes only its work dir and a temp dir, sees only its own "
+        "processes and has no network (kernelexec.Sandbox). Where this machine cannot "
+        "contain kernels, the server refuses to start without --no-sandbox.",
     )
     chosen = group.add_mutually_exclusive_group()
     chosen.add_argument(
         "--sandbox",
         action="store_true",
-        help="contain local kernels (sessions may still ask for it without this)",
+        help="contain local kernels (the default; KERNELEXEC_SANDBOX=0 in the environment "
+        "changes the default)",
     )
     chosen.add_argument(
         "--no-sandbox",
@@ -287,8 +288,7 @@ def sandbox_from(args: argparse.Namespace) -> Any:
     """The ``Sandbox`` the flags of ``add_sandbox_options`` describe.
 
     False for ``--no-sandbox``; None where none was asked for and containment
-    is not the default (``contained_by_default``: ``KERNELEXEC_SANDBOX=1``
-    makes it so).
+    is not the default (``contained_by_default``: ``KERNELEXEC_SANDBOX=0``).
 
     Raises:
         ConfigurationError: a value is unusable, or this machine cannot contain
@@ -309,7 +309,7 @@ def sandbox_from(args: argparse.Namespace) -> Any:
         )
     )
     if not asked and not contained_by_default():
-        return None  # the library's default: uncontained, until containment is the default
+        return None  # the environment turned the default off (KERNELEXEC_SANDBOX=0)
     found = support()
     if not found.ok:
         raise ConfigurationError(

@@ -31,10 +31,8 @@ __all__ = ["CONTAINED_BY_DEFAULT", "Support", "choose", "contained_by_default", 
 log = logging.getLogger("kernelexec")
 
 # Whether ``sandbox=None`` (the default) contains a kernel where this machine can
-# (``KERNELEXEC_SANDBOX`` says otherwise). Off until the whole suite, the README
-# blocks and the notebooks pass with kernels contained (issue #28): until then a
-# caller asks with sandbox=True or a Sandbox.
-CONTAINED_BY_DEFAULT = False
+# (``KERNELEXEC_SANDBOX=0`` in the environment says otherwise).
+CONTAINED_BY_DEFAULT = True
 _PROBE_WITHIN = 60.0  # seconds: a Python start and a few system calls, on a loaded machine
 _LOCK = threading.Lock()
 _FOUND: Support | None = None

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._kernel import PRIVATE_TMP
 from ._cgroups import KernelCgroups
 from ._sandbox import Sandbox, default_memory
 
@@ -66,7 +67,7 @@ def contained_start(
     new for this start. ``movable``: the folder within which the work dir
     will be renamed (a pool's kernel, to its session's), kept in the kernel's view.
     """
-    tmp = own_dir / "tmp"
+    tmp = own_dir / PRIVATE_TMP
     tmp.mkdir(mode=0o700)
     env = {name: str(tmp / sub) if sub else str(tmp) for name, sub in _PRIVATE_DIRS.items()}
     _copy_font_cache(Path(env["MPLCONFIGDIR"]))

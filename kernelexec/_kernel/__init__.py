@@ -23,6 +23,7 @@ __all__ = [
     "CONTAIN_SCRIPT",
     "MASKED",
     "NO_IPYKERNEL",
+    "PRIVATE_TMP",
     "SANDBOX_VARIABLE",
     "ZYGOTE_SCRIPT",
 ]
@@ -34,5 +35,6 @@ CONTAIN_SCRIPT = BOOT_DIR / "contain.py"
 NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"; boot.py's too
 CANNOT_CONTAIN = 96  # a kernel that could not be contained; contain.py's too
 SANDBOX_VARIABLE = "KERNELEXEC_SANDBOX"  # a spawned kernel's policy; boot.py's too
+PRIVATE_TMP = "tmp"  # a contained kernel's temp dir, in its sockets' dir; guard.py's too
 # Folders a contained kernel does not see (and its home); contain.py's too.
 MASKED = ("/run", "/tmp", "/var", "/home", "/root", "/mnt", "/media", "/srv", "/opt")

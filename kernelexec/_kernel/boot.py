@@ -56,9 +56,39 @@ def _connection_file(argv: list[str]) -> str | None:
 
 def main() -> None:
     guard = load("guard")
+    hooks = _site_without_hooks() if sys.flags.no_site else None
     # Returns in the kernel's own process; boot's stays behind as its supervisor.
     guard.protect(_connection_file(sys.argv), box=box(os.environ.pop(SANDBOX_VARIABLE, None)))
+    if hooks is not None:
+        hooks()
     start_app()
+
+
+def _site_without_hooks() -> Any:
+    """Python's site, but for sitecustomize and usercustomize; what runs those, later.
+
+    A contained kernel's boot starts without site (``python -S``): the hooks
+    may start threads (OpenTelemetry's auto-instrumentation does), and the
+    namespaces the supervisor makes need a process with one thread. The rest
+    of site is done here, before them (the venv's prefix and packages, .pth
+    files: the kernel's readable paths are found from ``sys.path``); the hooks
+    run in the kernel, once contained, as Python would have run them.
+    """
+    import site
+
+    kept = site.execsitecustomize, site.execusercustomize
+    site.execsitecustomize = site.execusercustomize = lambda: None
+    try:
+        site.main()
+    finally:
+        site.execsitecustomize, site.execusercustomize = kept
+
+    def hooks() -> None:
+        site.execsitecustomize()
+        if site.ENABLE_USER_SITE:
+            site.execusercustomize()
+
+    return hooks
 
 
 def box(policy: Any) -> Any:

@@ -136,6 +136,13 @@ class Box:
             for folder in self.policy.get("cgroups") or ():
                 _write(os.path.join(folder, "cgroup.procs"), str(os.getpid()))
             uid, gid = os.geteuid(), os.getegid()
+            threads = _threads()
+            if threads > 1:
+                # unshare(CLONE_NEWUSER) refuses a process with threads (EINVAL).
+                raise ContainmentError(
+                    f"the kernel's supervisor has {threads} threads, and a user namespace "
+                    "needs one (a .pth file of the kernel's Python started them)"
+                )
             _unshare(_CLONE_NEWUSER | _CLONE_NEWPID, "a user and a PID namespace")
             _write("/proc/self/setgroups", "deny")
             _write("/proc/self/uid_map", f"{uid} {uid} 1")
@@ -435,6 +442,14 @@ def _set_mount(path: bytes, attr_set: int, attr_clear: int, *, recursive: bool) 
     done = _libc().syscall(_MOUNT_SETATTR, _AT_FDCWD, path, flags, attr, ctypes.c_size_t(32))
     if done != 0:
         raise _error(f"mount_setattr on {os.fsdecode(path)}")
+
+
+def _threads() -> int:
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as file:
+        for line in file:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 1
 
 
 def _write(path: str, text: str) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -75,6 +76,7 @@ _CAPABILITY_VERSION_3 = 0x20080522
 DROPPED_CAPABILITIES = (16, 17, 19, 21, 38, 39)
 _POLL = 0.2  # seconds between looks at the owner
 _END_WITHIN = 10.0  # seconds end_tree keeps at it (a process stuck in the OS)
+_PRIVATE_TMP = "tmp"  # a contained kernel's temp dir, in the dir of its sockets
 _GIVEN_CONNECTION_FILE: str | None = None  # the owner's, removed once read
 
 
@@ -365,8 +367,9 @@ def _read_connection(path: str | None) -> dict[str, Any] | None:
 
 def _forget_connection(path: str | None, info: dict[str, Any] | None) -> None:
     # Their owner, which would have removed them, is gone: the connection file
-    # (it holds the kernel's key) if still there, the Unix sockets, and their
-    # dir if now empty.
+    # (it holds the kernel's key) if still there, the Unix sockets, a contained
+    # kernel's private temp dir (its TMPDIR, there: _containment/_start.py) and
+    # their dir if now empty.
     if path is not None:
         with contextlib.suppress(OSError):
             os.remove(path)
@@ -375,7 +378,9 @@ def _forget_connection(path: str | None, info: dict[str, Any] | None) -> None:
             for channel in ("shell", "iopub", "stdin", "control", "hb"):
                 with contextlib.suppress(OSError):
                     os.remove(f"{info['ip']}-{info[f'{channel}_port']}")
-            os.rmdir(os.path.dirname(info["ip"]))
+            own = os.path.dirname(info["ip"])
+            shutil.rmtree(os.path.join(own, _PRIVATE_TMP), ignore_errors=True)
+            os.rmdir(own)
     except (OSError, KeyError, TypeError, AttributeError):
         pass
 

@@ -93,10 +93,12 @@ class AsyncSession:
         sandbox: contain the local kernel (``kernelexec.Sandbox``: the files
             it may read and write, the network, memory and processes), from
             inside its own process, before any code runs. None (the default):
-            uncontained for now (``docs/features/containment.md``); True: the
-            default ``Sandbox()``, or an error where it cannot be had; False:
-            not contained. A pool's sessions take the pool's. ``session.sandbox``
-            says the policy in force.
+            the default ``Sandbox()`` where this machine can contain a kernel,
+            else uncontained, said once in the log (``KERNELEXEC_SANDBOX=0``:
+            uncontained); True: the default ``Sandbox()``, or an error where it
+            cannot be had; False: not contained
+            (``docs/features/containment.md``). A pool's sessions take the
+            pool's. ``session.sandbox`` says the policy in force.
 
     Raises:
         ConfigurationError: a setting is unusable (a timeout that is not
@@ -182,7 +184,7 @@ class AsyncSession:
         # The kernel cuts outputs to the byte caps before sending them.
         self._env = kernel_env(config.kernel_env())
         self._pool = pool
-        unfit = pool.unfit(config) if pool is not None else None
+        unfit = pool.unfit(config, self.work_dir) if pool is not None else None
         if unfit is not None:
             self._pool = None
             warn(
@@ -544,7 +546,9 @@ class AsyncSession:
 
         A local kernel is forked as a process: the new kernel starts with
         every variable, import, class and figure this one has, copy-on-write,
-        with nothing re-run; the two diverge from then on. A kernel holding
+        with nothing re-run; the two diverge from then on. A contained kernel
+        (``sandbox``) is checkpointed and restored into a new contained one
+        (a process copy would keep its file access). A kernel holding
         what a process fork would break (a GPU driver in use, a live GNU
         OpenMP pool, whose copy would hang on its first parallel operation),
         and other backends (a gateway, Docker), are checkpointed and restored

@@ -317,17 +317,27 @@ class KernelPool:
             self._changed.clear()
             await self._changed.wait()
 
-    def unfit(self, config: KernelConfig) -> str | None:
-        """Why this pool's kernels cannot serve a session of ``config``; None when they can."""
+    def unfit(self, config: KernelConfig, work_dir: Path | None = None) -> str | None:
+        """Why this pool's kernels cannot serve a session of ``config`` in ``work_dir``.
+
+        None when they can.
+        """
         if self._closed:
             return "the pool is closed"
         differences = config.differences(self.config)
-        if not differences:
-            return None
-        return (
-            f"the session asks for {'; '.join(differences)}. Leave those arguments out "
-            "to take the pool's, or make a pool of this configuration"
-        )
+        if differences:
+            return (
+                f"the session asks for {'; '.join(differences)}. Leave those arguments out "
+                "to take the pool's, or make a pool of this configuration"
+            )
+        root = self.sessions_root() if self.sandbox is not None else None
+        if root is not None and work_dir is not None and not _below(work_dir, root):
+            return (
+                f"its kernels are contained, and one can only take a work dir below the "
+                f"pool's work root ({root}), not {work_dir}. Give the pool "
+                "work_root= the folder your sessions' work dirs are in"
+            )
+        return None
 
     def sessions_root(self) -> Path | None:
         """Where a session of this pool makes its default work dir; None: the temp dir.
@@ -438,3 +448,9 @@ class KernelPool:
             if self._env_python is None:
                 self._env_python = await ensure_env(self._env_request)
         return self._env_python
+
+
+def _below(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is inside ``folder`` (links resolved), not ``folder`` itself."""
+    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    return real != root and real.is_relative_to(root)

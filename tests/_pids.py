@@ -1,0 +1,93 @@
+"""Pids as this machine sees them, for kernels that may be contained.
+
+A contained kernel is pid 2 of a PID namespace of its own (its init is 1), and
+the pids its code prints are that namespace's: a test that signals, waits on
+or compares processes turns them into this machine's first.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CONTAINED_KERNEL_PID", "contained_kernel", "host_pid", "kernel_pid"]
+
+CONTAINED_KERNEL_PID = 2
+
+
+def _spaces(pid: str) -> list[str]:
+    """The process's pid in each PID namespace from this one down (``NSpid``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return line.split()[1:]
+    return []
+
+
+def contained_kernel(work_dir: Path) -> int | None:
+    """This machine's pid of the contained kernel running in ``work_dir``; None: none is.
+
+    Found as the process that is pid 2 of a PID namespace one below this one
+    and whose current folder is ``work_dir``.
+    """
+    wanted = str(Path(work_dir).resolve())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            spaces = _spaces(entry)
+            if (
+                spaces[1:] == [str(CONTAINED_KERNEL_PID)]
+                and os.readlink(f"/proc/{entry}/cwd") == wanted
+            ):
+                return int(entry)
+        except OSError:
+            continue
+    return None
+
+
+def host_pid(pid: int, work_dir: Path) -> int:
+    """This machine's pid of the process the kernel in ``work_dir`` sees as ``pid``.
+
+    ``pid`` itself where that kernel is not contained. Ask while the process runs.
+    """
+    kernel = contained_kernel(work_dir)
+    if kernel is None:
+        return pid
+    space = os.readlink(f"/proc/{kernel}/ns/pid")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if _spaces(entry)[1:] == [str(pid)] and os.readlink(f"/proc/{entry}/ns/pid") == space:
+                return int(entry)
+        except OSError:
+            continue
+    raise LookupError(f"no process {pid} in the namespace of the kernel in {work_dir}")
+
+
+def _text(result: Any) -> str:
+    return str(getattr(result, "stdout", "") or getattr(result, "text", "")).strip()
+
+
+async def kernel_pid(session: Any) -> int:
+    """This machine's pid of an ``AsyncSession``'s kernel (one execution)."""
+    seen = int(_text(await session.execute("import os; print(os.getpid())")))
+    return host_pid(seen, session.work_dir)
+
+
+def kernel_pid_sync(session: Any) -> int:
+    """The same, for a sync ``Session``."""
+    seen = int(_text(session.execute("import os; print(os.getpid())")))
+    return host_pid(seen, session.work_dir)
+
+
+def default_fork_method() -> str:
+    """How ``fork()`` copies a kernel of the default policy here, now.
+
+    A contained kernel is checkpointed and restored (a process copy would keep
+    its parent's file access); an uncontained one is forked as a process.
+    """
+    from kernelexec._containment._platform import choose
+
+    return "process" if choose(None) is None else "checkpoint"
