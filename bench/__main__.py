@@ -419,6 +419,10 @@ ROWS += [
     _contained_row("round trip x+1 p50, contained", _median_ms("roundtrip"), "ms"),
     _contained_row("round trip x+1 p50, uncontained", _median_ms("roundtrip_plain"), "ms"),
     _contained_row("kernels forked from a zygote", _forked, ""),
+    _contained_row("fork -> first result p50, contained (checkpoint)", _median_ms("fork"), "ms"),
+    _contained_row(
+        "fork -> first result p50, uncontained (process)", _median_ms("fork_plain"), "ms"
+    ),
 ]
 
 

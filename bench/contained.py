@@ -4,7 +4,9 @@ One run, contained and uncontained sessions taking turns, so both meet the
 same load: each sample of ``ready`` is a cold data-stack session (numpy,
 pandas and matplotlib preloaded, no pool) from its creation to the result of
 a DataFrame probe, its kernel forked from the zygote (warmed first, untimed);
-``roundtrip`` is ``x + 1`` in one live session of each kind. The target:
+``roundtrip`` is ``x + 1`` in one live session of each kind; ``fork`` is
+``session.fork()`` to the copy's first result (a contained session is
+checkpointed and restored, an uncontained one forked as a process). The target:
 containment adds at most 5 ms to a start and nothing measurable to a round trip.
 """
 
@@ -45,6 +47,7 @@ async def measure(impl: str, scenario: str, n: int, root: Path) -> dict[str, Any
     await _warm(root)
     ready: dict[bool, list[float]] = {True: [], False: []}
     trips: dict[bool, list[float]] = {True: [], False: []}
+    forks: dict[bool, list[float]] = {True: [], False: []}
     forked = []
     for i in range(n):
         for contained in (i % 2 == 0, i % 2 != 0):  # which goes first alternates
@@ -60,12 +63,22 @@ async def measure(impl: str, scenario: str, n: int, root: Path) -> dict[str, Any
                 started = time.perf_counter()
                 await session.execute("x + 1")
                 trips[contained].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            copy = await session.fork(root / f"{i}-{contained}-fork")
+            answer = await copy.execute("x + 1")
+            forks[contained].append(time.perf_counter() - started)
+            assert answer.text == "2\n", answer.text
+            assert copy.fork_report is not None
+            assert copy.fork_report.method == ("checkpoint" if contained else "process")
+            await copy.close()
             await session.close()
     return {
         "samples": ready[True],
         "plain": ready[False],
         "roundtrip": trips[True],
         "roundtrip_plain": trips[False],
+        "fork": forks[True],
+        "fork_plain": forks[False],
         "forked": forked,
     }
 

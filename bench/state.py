@@ -33,7 +33,9 @@ async def fork_kernelexec(root: Path, n: int, big: bool) -> dict[str, Any]:
     from kernelexec import AsyncSession
 
     times, private = [], []
-    async with AsyncSession(root / "parent", timeout=600) as parent:
+    # A process fork: an uncontained parent (a contained one is checkpointed:
+    # bench/contained.py times that).
+    async with AsyncSession(root / "parent", timeout=600, sandbox=False) as parent:
         await parent.execute(STACK + ("\n" + ONE_GIB if big else ""))
         for i in range(n):
             started = time.perf_counter()

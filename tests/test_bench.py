@@ -136,5 +136,7 @@ def test_the_contained_scenario_measures_both_kinds_in_turn() -> None:
     assert len(result["samples"]) == 2 and len(result["plain"]) == 2
     assert len(result["roundtrip"]) == len(result["roundtrip_plain"]) > 0
     assert sum(result["forked"]) == 4  # every kernel forked from the zygote
+    assert len(result["fork"]) == len(result["fork_plain"]) == 2
     rows = table("contained", {"kernelexec": result})
     assert "| contained: what containment adds to a start (p50 difference) |" in rows
+    assert "| contained: fork -> first result p50, contained (checkpoint) |" in rows

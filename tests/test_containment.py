@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -430,3 +433,37 @@ def test_a_restart_keeping_state_brings_it_back_contained(tmp_path: Path) -> Non
         assert session.execute("print(kept.sum())").stdout.strip() == "3"
         found = attempt(session, 'found = sorted(p for p in os.listdir("/proc") if p.isdigit())')
         assert found == ["1", "2"], found
+
+
+def test_a_user_who_is_not_root_contains_as_root_does() -> None:
+    """As uid 65534: the probe makes every namespace, mount, Landlock and seccomp step.
+
+    Run with Debian's Python (this one may live in root's home, which that
+    user cannot enter) on a copy of the kernel's scripts in a folder it can read.
+    """
+    from kernelexec._kernel import BOOT_DIR
+
+    python = "/usr/bin/python3"
+    assert os.path.exists(python), "Debian's python3 is needed: apt-get install python3"
+    folder = Path(tempfile.mkdtemp(prefix="kernelexec-nonroot-"))
+    try:
+        folder.chmod(0o755)
+        for script in BOOT_DIR.glob("*.py"):
+            shutil.copy(script, folder / script.name)
+        root = os.geteuid() == 0
+        done = subprocess.run(
+            [python, str(folder / "contain.py"), "probe"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", "HOME": str(folder)},
+            user=65534 if root else None,
+            group=65534 if root else None,
+            extra_groups=[] if root else None,
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["ok"] and found["missing"] == [] and found["landlock_abi"] >= 3, found

@@ -126,20 +126,41 @@ print(json.dumps({{
         server.stop()
 
 
-def test_serve_refuses_to_run_uncontained_where_it_cannot_contain(tmp_path: Path) -> None:
-    # A machine without user namespaces, made for real: a namespace of our own
-    # where none may be made below it.
-    shell = (
-        "echo 0 > /proc/sys/user/max_user_namespaces && "
-        f"exec {sys.executable} -m kernelexec serve --port 0 --sandbox "
-        f"--work-root {tmp_path / 'root'}"
-    )
-    done = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "sh", "-c", shell],
+def without_user_namespaces(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """Runs this Python with ``arguments`` where no user namespace may be made.
+
+    A machine that cannot contain a kernel, made for real: a user namespace of
+    our own with ``max_user_namespaces`` 0 below it. Containment is left at its
+    default (the environment says nothing of it).
+    """
+    shell = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@" </dev/null'
+    return subprocess.run(
+        [
+            "unshare",
+            "--user",
+            "--map-root-user",
+            "sh",
+            "-c",
+            shell,
+            "sh",
+            sys.executable,
+            *arguments,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=Path(__file__).parent.parent,
+        env={k: v for k, v in os.environ.items() if k != "KERNELEXEC_SANDBOX"},
+    )
+
+
+@pytest.mark.parametrize("door", ["serve --port 0", "mcp"])
+def test_serve_refuses_to_run_uncontained_where_it_cannot_contain(
+    tmp_path: Path, door: str
+) -> None:
+    # Containment is the default: no flag asks for it.
+    done = without_user_namespaces(
+        "-m", "kernelexec", *door.split(), "--work-root", str(tmp_path / "root")
     )
     assert done.returncode == 2, done.stderr
     assert "cannot contain kernels" in done.stderr and "--no-sandbox" in done.stderr, done.stderr
@@ -277,7 +298,6 @@ def test_a_failure_of_its_own_gets_no_note(tmp_path: Path) -> None:
 
 
 def test_the_library_refuses_a_sandbox_it_cannot_give(tmp_path: Path) -> None:
-    # As for serve: a namespace of our own, where no user namespace may be made.
     script = (
         "import kernelexec\n"
         "try:\n"
@@ -286,14 +306,7 @@ def test_the_library_refuses_a_sandbox_it_cannot_give(tmp_path: Path) -> None:
         "    print(exc)\n"
         "print(kernelexec.Session(sandbox=False).execute('print(6 * 7)').stdout.strip())\n"
     )
-    shell = f'echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} -c "$0"'
-    done = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "sh", "-c", shell, script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).parent.parent,
-    )
+    done = without_user_namespaces("-c", script)
     said = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr
     assert "this machine cannot contain a kernel" in said[0] and "sandbox=False" in said[0]
@@ -329,10 +342,10 @@ def test_a_pooled_server_hands_out_contained_kernels(tmp_path: Path, host: Host)
         assert server.stop() == 0
 
 
-def test_kernelexec_sandbox_1_makes_containment_the_default(
+def test_containment_is_the_default_and_kernelexec_sandbox_0_turns_it_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KERNELEXEC_SANDBOX", "1")
+    monkeypatch.delenv("KERNELEXEC_SANDBOX", raising=False)
     with Session(tmp_path / "work", timeout=60) as session:
         assert session.sandbox == Sandbox()
         assert session.execute("import os; print(os.getpid())").stdout.strip() == "2"
@@ -397,15 +410,7 @@ def test_where_it_cannot_contain_the_default_says_so_once_and_runs_uncontained(
         "    with kernelexec.Session() as session:\n"
         "        print(session.sandbox, session.execute('print(6 * 7)').stdout.strip())\n"
     )
-    shell = f'echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} -c "$0"'
-    done = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "sh", "-c", shell, script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).parent.parent,
-        env={**os.environ, "KERNELEXEC_SANDBOX": "1"},
-    )
+    done = without_user_namespaces("-c", script)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["None 42", "None 42"]
     said = [line for line in done.stderr.splitlines() if "uncontained" in line]

@@ -37,7 +37,10 @@ import kernelexec
 from kernelexec import AsyncSession, DockerBackend, GatewayBackend
 
 # Every test here holds for kernels forked from a zygote and for spawned ones.
-pytestmark = pytest.mark.usefixtures("kernel_start")
+# Uncontained kernels, the hard case: each sees its owner and its ancestors in
+# /proc, and may drop to another user. A contained kernel sees neither, nor any
+# process but its own (tests/test_containment.py).
+pytestmark = [pytest.mark.usefixtures("kernel_start"), pytest.mark.uncontained]
 
 # Run inside the kernel. The marker is split so that this code, which the
 # owner process holds too, does not count as a find.
@@ -186,6 +189,8 @@ class Owner:
             "LANG": "C.UTF-8",
             # The kernelexec under test, wherever the owner's cwd is.
             "PYTHONPATH": str(Path(kernelexec.__file__).parent.parent),
+            # The module's own choice: uncontained kernels (see pytestmark).
+            "KERNELEXEC_SANDBOX": os.environ.get("KERNELEXEC_SANDBOX", ""),
             **self.env_secrets,
         }
         if user == "nobody":
