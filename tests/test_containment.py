@@ -364,7 +364,7 @@ print(sum(1 for p in os.listdir("/proc") if p.isdigit()))
 """
 
 
-@pytest.mark.parametrize("kind", ["spawned", "forked"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_fork_bomb_and_a_memory_hog_stay_in_their_session(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
