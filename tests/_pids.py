@@ -11,7 +11,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONTAINED_KERNEL_PID", "contained_kernel", "host_pid", "kernel_pid"]
+__all__ = [
+    "CONTAINED_KERNEL_PID",
+    "contained_kernel",
+    "default_fork_method",
+    "host_pid",
+    "kernel_pid",
+]
 
 CONTAINED_KERNEL_PID = 2
 
@@ -73,12 +79,6 @@ def _text(result: Any) -> str:
 async def kernel_pid(session: Any) -> int:
     """This machine's pid of an ``AsyncSession``'s kernel (one execution)."""
     seen = int(_text(await session.execute("import os; print(os.getpid())")))
-    return host_pid(seen, session.work_dir)
-
-
-def kernel_pid_sync(session: Any) -> int:
-    """The same, for a sync ``Session``."""
-    seen = int(_text(session.execute("import os; print(os.getpid())")))
     return host_pid(seen, session.work_dir)
 
 

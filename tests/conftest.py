@@ -140,7 +140,7 @@ def process_gone(pid: int) -> bool:
     """True once ``pid`` no longer runs; a zombie nobody reaped counts as gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended as it was read
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 

@@ -18,7 +18,9 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -467,3 +469,42 @@ def test_a_user_who_is_not_root_contains_as_root_does() -> None:
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["ok"] and found["missing"] == [] and found["landlock_abi"] >= 3, found
+
+
+# The kernel swaps its own temp dir for a link to a folder of the host's, then its
+# owner dies: the supervisor's clean-up (guard._forget_connection) removes the link,
+# never what it points at.
+SWAPPER = """
+import os, signal, sys
+from kernelexec import Session
+session = Session(sys.argv[1], sandbox=True, timeout=60)
+code = (
+    "import os, shutil\\n"
+    "tmp = os.environ['TMPDIR']\\n"
+    "shutil.rmtree(tmp)\\n"
+    f"os.symlink({sys.argv[2]!r}, tmp)\\n"
+    "print(os.path.islink(tmp), tmp)"
+)
+print(session.execute(code).stdout.strip(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_temp_dir_swapped_for_a_link_takes_nothing_of_the_host_with_it(tmp_path: Path) -> None:
+    target = tmp_path / "host-folder"
+    target.mkdir()
+    (target / "keep.txt").write_text("the host's")
+    owner = subprocess.run(
+        [sys.executable, "-c", SWAPPER, str(tmp_path / "work"), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    linked, tmp = owner.stdout.split()
+    assert linked == "True", owner.stderr
+    own = Path(tmp).parent  # the kernel's dir of sockets, which the supervisor removes
+    deadline = time.monotonic() + 30
+    while own.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not own.exists(), sorted(p.name for p in own.iterdir())
+    assert (target / "keep.txt").read_text() == "the host's"

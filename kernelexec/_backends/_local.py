@@ -25,7 +25,7 @@ from jupyter_client.session import Session
 from .._containment._platform import choose
 from .._containment._sandbox import Sandbox
 from .._containment._secrecy import protect_process
-from .._containment._start import ContainedStart, contained_start
+from .._containment._start import ContainedStart, contained_start, movable_to
 from .._exceptions import KernelStartError
 from .._kernel import CANNOT_CONTAIN, NO_IPYKERNEL, SANDBOX_VARIABLE
 from .._kernel.guard import end_tree
@@ -440,7 +440,7 @@ class LocalBackend:
         kernel's view: see ``_kernel/contain.py``).
         """
         if self.sandbox is not None:
-            if self.movable is None or not _within(cwd, self.movable):
+            if self.movable is None or not movable_to(cwd, self.movable):
                 return False  # the kernel would not see its new work dir
             try:
                 os.rename(self._cwd, cwd)
@@ -619,11 +619,6 @@ class LocalBackend:
         if contained is not None and contained.cgroups.folders:
             self._out_of_memory = self._out_of_memory or contained.cgroups.out_of_memory()
             contained.cgroups.remove_when_empty()
-
-
-def _within(path: Path, folder: Path) -> bool:
-    """Whether ``path`` is below ``folder``, links resolved."""
-    return os.path.realpath(path).startswith(os.path.realpath(folder).rstrip("/") + "/")
 
 
 @atexit.register

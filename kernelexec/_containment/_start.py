@@ -23,7 +23,7 @@ from .._kernel import PRIVATE_TMP
 from ._cgroups import KernelCgroups
 from ._sandbox import Sandbox, default_memory
 
-__all__ = ["ContainedStart", "contained_start"]
+__all__ = ["ContainedStart", "contained_start", "movable_to"]
 
 _SHM_DEFAULT = 1 << 30  # bytes of /dev/shm without a memory limit
 # Variables pointed into the private temp dir, and the folder each gets there.
@@ -103,3 +103,13 @@ def _copy_font_cache(target: Path) -> None:
             target.mkdir(mode=0o700)
             for entry in found:
                 shutil.copyfile(entry.path, target / entry.name)
+
+
+def movable_to(work_dir: Path, movable: Path) -> bool:
+    """Whether a contained kernel kept ``movable`` in view can take ``work_dir``.
+
+    Only a folder strictly below ``movable`` (links resolved): its work dir is
+    renamed there, and the kernel sees nothing outside ``movable``.
+    """
+    real, root = os.path.realpath(work_dir), os.path.realpath(movable)
+    return real.startswith(root.rstrip("/") + "/")

@@ -379,7 +379,11 @@ def _forget_connection(path: str | None, info: dict[str, Any] | None) -> None:
                 with contextlib.suppress(OSError):
                     os.remove(f"{info['ip']}-{info[f'{channel}_port']}")
             own = os.path.dirname(info["ip"])
-            shutil.rmtree(os.path.join(own, _PRIVATE_TMP), ignore_errors=True)
+            tmp = os.path.join(own, _PRIVATE_TMP)
+            if os.path.islink(tmp):
+                os.unlink(tmp)  # the kernel's code swapped it: the link goes, not its target
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)  # links inside are removed, not followed
             os.rmdir(own)
     except (OSError, KeyError, TypeError, AttributeError):
         pass

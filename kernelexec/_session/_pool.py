@@ -17,6 +17,7 @@ from types import TracebackType
 from .._backends import LocalBackend
 from .._containment._platform import choose
 from .._containment._sandbox import Sandbox
+from .._containment._start import movable_to
 from .._environment import kernel_env
 from .._exceptions import ConfigurationError, KernelStartError
 from .._execution._models import Limits
@@ -331,7 +332,7 @@ class KernelPool:
                 "to take the pool's, or make a pool of this configuration"
             )
         root = self.sessions_root() if self.sandbox is not None else None
-        if root is not None and work_dir is not None and not _below(work_dir, root):
+        if root is not None and work_dir is not None and not movable_to(work_dir, root):
             return (
                 f"its kernels are contained, and one can only take a work dir below the "
                 f"pool's work root ({root}), not {work_dir}. Give the pool "
@@ -448,9 +449,3 @@ class KernelPool:
             if self._env_python is None:
                 self._env_python = await ensure_env(self._env_request)
         return self._env_python
-
-
-def _below(path: Path, folder: Path) -> bool:
-    """Whether ``path`` is inside ``folder`` (links resolved), not ``folder`` itself."""
-    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
-    return real != root and real.is_relative_to(root)
