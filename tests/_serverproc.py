@@ -60,12 +60,15 @@ class ServerProcess:
         self,
         work_root: Path,
         *options: str,
-        token: str = TOKEN,
+        token: str | None = TOKEN,
         prefix: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
     ) -> None:
-        """Starts ``kernelexec serve``; ``prefix`` runs it under another command (a wrapper)."""
+        """Starts ``kernelexec serve``; ``prefix`` runs it under another command (a wrapper).
+
+        ``token`` None: no ``--token`` (a server with ``--tenants``), and ``http`` sends none.
+        """
         self.work_root = work_root
         self.token = token
         work_root.parent.mkdir(parents=True, exist_ok=True)
@@ -80,8 +83,7 @@ class ServerProcess:
                 "serve",
                 "--port",
                 "0",
-                "--token",
-                token,
+                *(() if token is None else ("--token", token)),
                 "--work-root",
                 str(work_root),
                 *options,
@@ -103,7 +105,7 @@ class ServerProcess:
 
     @property
     def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
+        return {} if self.token is None else {"Authorization": f"Bearer {self.token}"}
 
     def _wait_listening(self) -> int:
         deadline = time.monotonic() + 60

@@ -44,6 +44,7 @@ EXTRAS = {
         "kernelexec.integrations.ag2_beta",
     ],
     "mcp": ["kernelexec._mcp._http"],
+    "jwt": ["jwt", "cryptography", "kernelexec._tenants._jwt"],
     "otel": ["opentelemetry.sdk.trace", "kernelexec._telemetry"],
     "gateway": ["kernel_gateway", "kernelexec._cli.gateway"],
 }

@@ -219,6 +219,12 @@ class DockerBackend(LocalBackend):
     def exit_reason(self) -> str | None:
         return self._ended
 
+    @property
+    def pid(self) -> int | None:
+        """None: the kernel runs in the container, not under this host's process tree
+        (the ``docker`` client's process is not it)."""
+        return None
+
     def connection_info(self) -> dict[str, Any] | None:
         """The kernel's connection file: ipc sockets a client on this host can use too."""
         if self._ipc_dir is None or self.container is None or self._info is None:

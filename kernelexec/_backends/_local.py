@@ -326,6 +326,12 @@ class LocalBackend:
             self._out_of_memory = True
         return self._out_of_memory
 
+    @property
+    def pid(self) -> int | None:
+        """The kernel's process id on this host, while it runs (see AsyncSession.kernel_pid)."""
+        process = self._process
+        return None if process is None or process.poll() is not None else process.pid
+
     def connection_info(self) -> dict[str, Any] | None:
         """What another client (JupyterLab, jupyter console) needs to reach this kernel."""
         if self._info is not None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from .._containment._secrecy import drop_capabilities, protect_process
 from .._exceptions import KernelexecError
 from .._version import __version__
-from . import attach, cleanup, gateway, image, mcp, replay, run, serve, token
+from . import attach, audit, cleanup, gateway, image, mcp, replay, run, serve, token
 from ._suggest import Parser
 
 __all__ = ["main"]
@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kernelexec {__version__}")
     commands = parser.add_subparsers(metavar="COMMAND")
-    for command in (run, serve, mcp, gateway, replay, attach, image, cleanup, token):
+    for command in (run, serve, mcp, gateway, replay, attach, image, cleanup, token, audit):
         command.add_command(commands)
     _format_examples(parser)
     return parser

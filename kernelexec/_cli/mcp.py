@@ -15,11 +15,10 @@ from ._startup import (
     DEFAULT_PORTS,
     add_zygote_option,
     apply_zygote_option,
-    resolve_token,
     url,
     usable_work_root,
 )
-from .serve import add_policy_options, policy_from
+from .serve import add_policy_options, add_tenant_options, policy_from, token_or_tenants
 
 __all__ = ["add_command"]
 
@@ -92,6 +91,7 @@ def add_command(commands: Any) -> None:
         help="the largest file a client may read whole, as a resource (default 32 MB)",
     )
     add_policy_options(mcp)
+    add_tenant_options(mcp)
     add_zygote_option(mcp)
     mcp.set_defaults(handler=_mcp)
 
@@ -116,15 +116,23 @@ def _mcp(args: argparse.Namespace) -> int:
         )
         return 2
     port, token, generated = 0, "", False
+    if (args.tenants or args.audit_log) and not (args.http and not args.server):
+        raise ConfigurationError(
+            "--tenants and --audit-log are for kernelexec mcp --http with sessions of its "
+            "own; a kernelexec serve holds its tenants itself (pass --server a tenant's token)"
+        )
     if args.server:
         token = _check_server(args.server, args.token)
+    tenants = None
     if args.http:
         from .._server._serve import check_port
 
         # Every check before anything says "serving" (see _startup).
         port = check_port(args.port)
         if not args.server:
-            token, generated = resolve_token(args.token, _HOST)
+            made, generated = token_or_tenants(args, _HOST)
+            token = made or ""
+            tenants = _tenants(args.tenants, made)
     if args.server:
         from .._client import AsyncClient
         from .._mcp._remote_door import RemoteDoor
@@ -140,7 +148,10 @@ def _mcp(args: argparse.Namespace) -> int:
         server = build_server(config, door)
         where = f"the sessions of {args.server}"
         if args.http:
-            _serve_http(server, where, port=port, token=token, generated=False)
+            from .._tenants._registry import TenantRegistry
+
+            single = TenantRegistry.single(token)
+            _serve_http(server, where, port=port, tenants=single, token=token, generated=False)
             return 0
         print(f"kernelexec mcp: serving {where}", file=sys.stderr, flush=True)
         server.run("stdio")
@@ -156,10 +167,29 @@ def _mcp(args: argparse.Namespace) -> int:
             max_file_bytes=int(args.max_file_mb * 1024 * 1024),
             policy=policy_from(args),
         )
-        server = build_server(config)
+        if args.tenants is not None:
+            from .._mcp._tenant_doors import tenant_doors
+
+            server = build_server(config, tenant_doors(config))
+        else:
+            server = build_server(config)
         if args.http:
+            assert tenants is not None
+            audit = None
+            if args.audit_log is not None:
+                from .._audit import AuditLog
+
+                audit = AuditLog(args.audit_log, max_bytes=int(args.audit_max_mb * 1024 * 1024))
             where = f"work root {work_root}"
-            _serve_http(server, where, port=port, token=token, generated=generated)
+            _serve_http(
+                server,
+                where,
+                port=port,
+                tenants=tenants,
+                token=token,
+                generated=generated,
+                audit=audit,
+            )
             return 0
     except ConfigurationError:
         if temporary:
@@ -210,7 +240,7 @@ def _check_server(server: str, token: str | None) -> str:
             f"the kernelexec server at {server} refused the token: pass the one it printed "
             "(KERNELEXEC_TOKEN or --token)"
         )
-    if answer.status_code != 200:
+    if answer.status_code not in (200, 403):  # 403: a tenant's token without `sessions`
         raise ConfigurationError(
             f"the kernelexec server at {server} answered GET /sessions with HTTP "
             f"{answer.status_code}; check its log"
@@ -218,7 +248,26 @@ def _check_server(server: str, token: str | None) -> str:
     return token
 
 
-def _serve_http(server: Any, where: str, *, port: int, token: str, generated: bool) -> None:
+def _tenants(path: Path | None, token: str | None) -> Any:
+    """The ``TenantRegistry`` of ``--tenants``, or of the one token."""
+    from .._tenants._registry import TenantRegistry
+
+    if path is not None:
+        return TenantRegistry.from_file(path)
+    assert token is not None
+    return TenantRegistry.single(token)
+
+
+def _serve_http(
+    server: Any,
+    where: str,
+    *,
+    port: int,
+    tenants: Any,
+    token: str,
+    generated: bool,
+    audit: Any = None,
+) -> None:
     from .._mcp._http import PATH, serve_http
 
     def listening(port: int) -> None:
@@ -234,4 +283,4 @@ def _serve_http(server: Any, where: str, *, port: int, token: str, generated: bo
                 flush=True,
             )
 
-    serve_http(server, token=token, port=port, host=_HOST, on_listening=listening)
+    serve_http(server, tenants=tenants, port=port, host=_HOST, audit=audit, on_listening=listening)

@@ -147,8 +147,51 @@ def add_command(commands: Any) -> None:
         help="put each execution's code and output text into its OpenTelemetry span "
         "(default: never; also $KERNELEXEC_OTEL_CAPTURE_CONTENT=1)",
     )
+    add_tenant_options(serve)
     serve.add_argument("--log-level", default="warning", help="uvicorn's (default warning)")
     serve.set_defaults(handler=_serve)
+
+
+def add_tenant_options(parser: argparse.ArgumentParser) -> None:
+    """``--tenants`` and the audit log's options, for ``serve`` and ``mcp --http``."""
+    parser.add_argument(
+        "--tenants",
+        type=Path,
+        metavar="FILE",
+        help="a tenants file (TOML): who may call, each with its own tokens (kept as hashes; "
+        "kernelexec token NAME makes one), scopes, quotas, session options and request rate; "
+        "read again on SIGHUP and when it changes. Replaces --token",
+    )
+    parser.add_argument(
+        "--audit-log",
+        type=Path,
+        metavar="FILE",
+        help="append a JSON line to FILE for every state-changing request and every "
+        "execution (who, what, status, cost; never code, outputs or tokens)",
+    )
+    parser.add_argument(
+        "--audit-max-mb",
+        type=float,
+        default=64.0,
+        help="rotate the audit log past this size (default 64; 5 old files are kept)",
+    )
+
+
+def token_or_tenants(args: argparse.Namespace, host: str) -> tuple[str | None, bool]:
+    """The token a server requires and whether it was generated, or (None, False) when
+    it has a tenants file.
+
+    Raises:
+        ConfigurationError: both are given, or the token breaks the token rule.
+    """
+    if args.tenants is None:
+        return resolve_token(args.token, host)
+    if args.token:
+        raise ConfigurationError(
+            "pass --tenants or --token (or KERNELEXEC_TOKEN), not both: with a tenants "
+            "file every token is in it (kernelexec token NAME makes one)"
+        )
+    return None, False
 
 
 def add_policy_options(parser: argparse.ArgumentParser) -> None:
@@ -378,7 +421,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Every check before anything says "serving" (see _startup); serve() binds
     # the port before it calls listening(), and fails with one line if it cannot.
     port = check_port(args.port)
-    token, generated = resolve_token(args.token, args.host)
+    token, generated = token_or_tenants(args, args.host)
     policy = policy_from(args)
     work_root, temporary = usable_work_root(args.work_root, prefix="kernelexec-serve-")
     try:
@@ -401,6 +444,9 @@ def _serve(args: argparse.Namespace) -> int:
             session_disk=int(args.session_disk_mb * MIB),
             store_disk=int(args.store_disk_mb * MIB),
             checkpoint_max_age=args.checkpoint_max_age_days * 86400.0 or None,
+            tenants=args.tenants,
+            audit_log=args.audit_log,
+            audit_max_bytes=int(args.audit_max_mb * MIB),
         )
 
         def listening(port: int) -> None:

@@ -14,7 +14,7 @@ from ._data import Data, read_data
 
 __all__ = ["ExecutionError", "ExecutionResult", "Limits", "Status", "Usage"]
 
-Status = Literal["ok", "error", "timeout", "kernel_died", "cancelled"]
+Status = Literal["ok", "error", "timeout", "kernel_died", "cancelled", "quota_exceeded"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,9 @@ class ExecutionResult:
         status: "ok", "error" (the code raised or was refused), "timeout"
             (the kernel was interrupted, or restarted when that failed),
             "kernel_died" (the kernel process ended) or "cancelled" (stopped by
-            ``Execution.cancel()`` or by closing its session, or never run).
+            ``Execution.cancel()`` or by closing its session, or never run) or
+            "quota_exceeded" (a server stopped it: its tenant passed a quota,
+            which ``message`` names).
         execution_count: the kernel's ``In[n]`` number, None if it never ran.
         stdout, stderr: the streams, kept apart (long ones keep head and tail).
         outputs: nbformat v4 outputs in order, as a notebook would store them.

@@ -71,7 +71,9 @@ NOT_CODE = frozenset(
 )
 """Fence languages that are not code to run: their blocks are skipped."""
 
-BlockStatus = Literal["ok", "error", "timeout", "kernel_died", "cancelled", "skipped", "not_run"]
+BlockStatus = Literal[
+    "ok", "error", "timeout", "kernel_died", "cancelled", "quota_exceeded", "skipped", "not_run"
+]
 
 # An opening fence: indentation, an optional list marker, the fence, the info string.
 _OPEN = re.compile(

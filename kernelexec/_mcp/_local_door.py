@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,9 @@ __all__ = ["LocalDoor"]
 class LocalDoor:
     """The MCP server's own sessions, in this process."""
 
-    def __init__(self, config: McpConfig) -> None:
+    def __init__(self, config: McpConfig, server_room: Callable[[], None] | None = None) -> None:
         self.config = config
-        self.sessions = Sessions(config)
+        self.sessions = Sessions(config, server_room)
         # Beside the sessions' work dirs (a name never starts with "."), as the server's.
         self.store = CheckpointStore(config.work_root)
 

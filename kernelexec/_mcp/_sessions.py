@@ -89,11 +89,18 @@ class Sessions:
     on; see ``_making``.
     """
 
-    def __init__(self, config: McpConfig) -> None:
+    def __init__(self, config: McpConfig, server_room: Callable[[], None] | None = None) -> None:
         self.config = config
         self._entries: dict[str, _Entry] = {}
         self._making = Making()
         self._closed = False
+        # Raises when the whole server is full, beyond these sessions (a tenant's among others').
+        self._server_room = server_room
+
+    @property
+    def held(self) -> int:
+        """Sessions held, counting those being made."""
+        return len(self._entries) + len(self._making)
 
     def get(self, name: str, *, create: bool = False) -> AsyncSession:
         """The session called ``name``, made now (with no options) if ``create``.
@@ -206,7 +213,9 @@ class Sessions:
         return session
 
     def _check_room(self) -> None:
-        held = len(self._entries) + len(self._making)
+        if self._server_room is not None:
+            self._server_room()
+        held = self.held
         if held >= self.config.max_sessions:
             raise SessionError(
                 f"already {held} sessions (counting those being made), the most allowed "

@@ -10,8 +10,11 @@ from jupyter_client.kernelspec import KernelSpecManager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from .._audit import AuditLog
 from .._telemetry import TraceRequests
-from ._auth import TokenAuth
+from .._tenants._registry import TenantRegistry
+from ._audited import AuditRequests
+from ._auth import TenantAuth
 from ._bodies import BodyLimit
 from ._config import ServerConfig
 from ._errors import exception_handlers
@@ -28,12 +31,36 @@ def installed_kernels() -> list[str]:
     return sorted({"python3", *KernelSpecManager().find_kernel_specs()})
 
 
-def create_app(config: ServerConfig) -> Starlette:
+def tenants_of(config: ServerConfig) -> TenantRegistry:
+    """The server's tenants: its tenants file's, or the one of its ``--token``.
+
+    Raises:
+        ConfigurationError: the tenants file cannot be read or is wrong.
+    """
+    if config.tenants is not None:
+        return TenantRegistry.from_file(config.tenants)
+    assert config.token is not None  # ServerConfig: one or the other
+    return TenantRegistry.single(config.token)
+
+
+def create_app(config: ServerConfig, tenants: TenantRegistry | None = None) -> Starlette:
     """The server's app; its lifespan finds the sessions a restart left, suspends idle ones
-    and closes all at shutdown."""
+    and closes all at shutdown.
+
+    Raises:
+        ConfigurationError: the tenants file or the audit log's path is unusable.
+    """
     kernel_names = installed_kernels()
+    tenants = tenants or tenants_of(config)
+    audit = None
+    if config.audit_log is not None:
+        audit = AuditLog(config.audit_log, max_bytes=config.audit_max_bytes)
     state = ServerState(
-        config, Registry(config), kernel_names, openapi_schema(config, kernel_names)
+        config,
+        Registry(config, tenants),
+        kernel_names,
+        openapi_schema(config, kernel_names),
+        audit=audit,
     )
 
     @contextlib.asynccontextmanager
@@ -42,19 +69,29 @@ def create_app(config: ServerConfig) -> Starlette:
         # Before the first request: the sessions the records name, and no crash's leftovers.
         await state.registry.recover()
         state.registry.start_pool()
-        keeper = asyncio.get_running_loop().create_task(state.registry.housekeep_forever())
+        loop = asyncio.get_running_loop()
+        background = [
+            loop.create_task(state.registry.housekeep_forever()),
+            loop.create_task(state.registry.quotas.watch()),
+            loop.create_task(tenants.watch()),
+        ]
         try:
             yield
         finally:
-            keeper.cancel()
+            for task in background:
+                task.cancel()
             await state.registry.close_all()
             await asyncio.gather(*state.tasks, return_exceptions=True)
+            if audit is not None:
+                await audit.aclose()
 
     app = Starlette(
         routes=[*ROUTES, *JUPYTER_ROUTES],
-        # The token first: a stranger learns nothing, not even the body limit.
         middleware=[
-            Middleware(TokenAuth, token=config.token),
+            # Outermost, so that refused requests are logged too.
+            Middleware(AuditRequests, audit=audit),
+            # The token next: a stranger learns nothing, not even the body limit.
+            Middleware(TenantAuth, tenants=tenants),
             # After the token: a stranger cannot start spans or pick their trace.
             Middleware(TraceRequests),
             Middleware(BodyLimit, limit=config.max_body),

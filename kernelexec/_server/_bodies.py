@@ -21,6 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .._exceptions import QueueFullError
 from .._execution._background import Reservation
 from .._state._fork import FORK_METHODS, ForkMethod
+from .._tenants._models import Tenant
+from ._allow import policy_for
 from ._config import ServerConfig
 from ._errors import ApiError
 from ._options import OPTION_FIELDS, OptionError, SessionOptions, parse_options
@@ -227,9 +229,9 @@ def _env(value: Any) -> dict[str, str]:
 
 
 async def parse_create(
-    request: Request, config: ServerConfig, kernel_names: list[str]
+    request: Request, config: ServerConfig, kernel_names: list[str], owner: Tenant
 ) -> CreateRequest:
-    """The body of ``POST /sessions``."""
+    """The body of ``POST /sessions``, held to what ``owner`` may ask for (``_allow``)."""
     data = await _json_object(request, config.max_body)
     _check_fields(data, ("kernel_name", "env", "timeout", "checkpoint", *OPTION_FIELDS))
     kernel_name = _text(data.get("kernel_name", "python3"), "kernel_name")
@@ -243,7 +245,7 @@ async def parse_create(
     timeout = _timeout(data.get("timeout"), config)
     env = _env(data.get("env", {}))
     try:
-        options = parse_options(data, config.policy)
+        options = parse_options(data, policy_for(config.policy, owner))
     except OptionError as exc:
         raise ApiError(exc.status, exc.code, exc.message) from None
     checkpoint = data.get("checkpoint")

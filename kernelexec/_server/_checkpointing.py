@@ -34,6 +34,7 @@ __all__ = [
     "checkpoint",
     "delete_checkpoint",
     "make_checkpoint",
+    "no_checkpoint",
     "open_checkpoint",
     "restore_refused",
 ]
@@ -86,6 +87,7 @@ async def make_checkpoint(
             max_bytes=budget,
         )
         registry.store.done(checkpoint_id)
+        await asyncio.to_thread(registry.set_checkpoint_owner, checkpoint_id, entry.tenant)
         # Read back through the store, no link followed: it is where it should be.
         saved = await asyncio.to_thread(registry.store.open, checkpoint_id)
         registry.store.count(checkpoint_id, saved)
@@ -128,7 +130,7 @@ def open_checkpoint(registry: Registry, checkpoint_id: str) -> Checkpoint:
     try:
         return registry.store.open(checkpoint_id)
     except UnknownCheckpoint:
-        raise _no_checkpoint(checkpoint_id) from None
+        raise no_checkpoint(checkpoint_id) from None
     except CheckpointError as exc:
         raise ApiError(422, "checkpoint_damaged", str(exc)) from None
 
@@ -138,7 +140,7 @@ async def delete_checkpoint(registry: Registry, checkpoint_id: str) -> None:
     try:
         registry.store.path(checkpoint_id)
     except UnknownCheckpoint:
-        raise _no_checkpoint(checkpoint_id) from None
+        raise no_checkpoint(checkpoint_id) from None
     owner = registry.store.suspends.get(checkpoint_id)
     if owner is not None or checkpoint_id in registry.store.making:
         why = (
@@ -148,9 +150,10 @@ async def delete_checkpoint(registry: Registry, checkpoint_id: str) -> None:
         )
         raise ApiError(409, "checkpoint_in_use", f"checkpoint {checkpoint_id}: {why}")
     await asyncio.to_thread(registry.store.remove, checkpoint_id)
+    await asyncio.to_thread(registry.forget_checkpoint_owner, checkpoint_id)
 
 
-def _no_checkpoint(checkpoint_id: str) -> ApiError:
+def no_checkpoint(checkpoint_id: str) -> ApiError:
     return ApiError(
         404,
         "checkpoint_not_found",

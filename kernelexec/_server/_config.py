@@ -30,7 +30,14 @@ class ServerConfig:
     """How a server runs.
 
     Attributes:
-        token: the bearer token every route but /health requires.
+        token: the bearer token every route but /health requires, held by
+            one tenant with every scope; None when ``tenants`` is given.
+        tenants: the tenants file (``kernelexec/_tenants``): who may call,
+            with which tokens, scopes, quotas and session options; reloaded
+            on SIGHUP and when it changes. None: ``token`` alone.
+        audit_log: where the audit log's JSON lines go (``kernelexec/_audit``);
+            None for none.
+        audit_max_bytes: the size past which the audit log is rotated.
         work_root: each session's work dir is ``<work_root>/<session id>/``.
         host, port: where to listen.
         max_sessions: sessions with a kernel at once; one more gets HTTP 429.
@@ -60,7 +67,7 @@ class ServerConfig:
             suspended session's too: the session is then culled); None forever.
     """
 
-    token: str
+    token: str | None
     work_root: Path
     host: str = "127.0.0.1"
     port: int = 8765
@@ -79,9 +86,22 @@ class ServerConfig:
     session_disk: int = 4096 * MIB
     store_disk: int = 16384 * MIB
     checkpoint_max_age: float | None = 7 * 86400.0
+    tenants: Path | None = None
+    audit_log: Path | None = None
+    audit_max_bytes: int = 64 * MIB
 
     def __post_init__(self) -> None:
-        check_token(self.token)
+        if self.token is not None and self.tenants is not None:
+            raise ConfigurationError(
+                "pass --tenants or --token (or KERNELEXEC_TOKEN), not both: with a tenants "
+                "file every token is in it (kernelexec token NAME makes one)"
+            )
+        if self.token is None and self.tenants is None:
+            raise ConfigurationError("a server needs --token or --tenants")
+        if self.token is not None:
+            check_token(self.token)
+        if self.audit_max_bytes < 1024:
+            raise ConfigurationError("--audit-max-mb must be at least 1 KiB")
         if self.max_queued < 1:
             raise ConfigurationError("--max-queued must be at least 1")
         if self.max_queued_bytes < 1024:

@@ -13,6 +13,7 @@ from .._remote_models import SessionInfo, SessionState
 from .._session._async import AsyncSession
 from .._state._fork import ForkReport
 from .._state._manifest import RestoreReport
+from .._tenants._config import DEFAULT_TENANT
 from .._times import iso
 from ._options import SessionOptions
 from ._records import Record, RecordState
@@ -30,6 +31,7 @@ class Entry:
     timeout: float
     options: SessionOptions = field(default_factory=SessionOptions)
     env: dict[str, str] = field(default_factory=dict)
+    tenant: str = DEFAULT_TENANT  # whose session it is: only its tenant (and admins) see it
     created: float = field(default_factory=time.time)
     last_activity: float = field(default_factory=time.time)
     executions: int = 0
@@ -42,6 +44,7 @@ class Entry:
     idle_for: float = 0.0  # seconds it was idle when suspended or culled
     why_culled: str | None = None  # culled though suspending was on: why
     lost: str | None = None  # its kernel was lost in a restart of the server: why
+    quota_stop: str | None = None  # why its running executions were stopped (_quotas)
     resumed: RestoreReport | None = None  # for the next execution's result to tell
     fork_report: ForkReport | None = None
     restore_report: RestoreReport | None = None
@@ -86,7 +89,7 @@ class Entry:
 
     def to_dict(self) -> dict[str, Any]:
         """The session as the API describes it: its info, and the options it was made with."""
-        data = self.info().to_dict() | {"options": self.options.to_dict()}
+        data = self.info().to_dict() | {"tenant": self.tenant, "options": self.options.to_dict()}
         if self.lost is not None:
             data["message"] = self.lost
         elif self.culled:
@@ -115,6 +118,7 @@ class Entry:
             checkpoint=self.suspend_id,
             idle_for=self.idle_for,
             why_culled=self.why_culled,
+            tenant=self.tenant,
         )
 
 

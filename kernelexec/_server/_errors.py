@@ -56,20 +56,27 @@ class ApiError(Exception):
     """
 
     def __init__(
-        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
+        self.fields = dict(fields or {})  # more of the body: the scope or quota it names
 
     def response(self) -> JSONResponse:
         headers = dict(self.headers)
         if self.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse(
-            {"error": self.code, "message": self.message},
+            {"error": self.code, "message": self.message, **self.fields},
             status_code=self.status,
             headers=headers or None,
         )

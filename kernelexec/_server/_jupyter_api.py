@@ -32,10 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import time
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 import zmq
 import zmq.asyncio
@@ -47,6 +46,8 @@ from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .._backends._wire import json_frame, new_message
+from ._access import authorize, check_owner, path_session_id, sees
+from ._auth import caller
 from ._bodies import CreateRequest, parse_start_kernel
 from ._errors import ApiError, JSONResponse
 from ._openapi_parts import JSON, KERNEL_ID, errors, json_answer, op, ref
@@ -83,13 +84,11 @@ def kernel_id(session_id: str) -> str:
         return session_id
 
 
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
 def _session_id(request: Request | WebSocket) -> str:
     # Either form: the 32 hex digits of the kernelexec API, or the UUID of Jupyter's.
-    given = str(request.path_params["kernel_id"])
-    return given.replace("-", "") if _UUID.fullmatch(given) else given
+    found = path_session_id(request)
+    assert found is not None
+    return found
 
 
 def _model(entry: Entry) -> dict[str, Any]:
@@ -128,7 +127,8 @@ async def kernelspecs(request: Request) -> Response:
 
 
 async def list_kernels(request: Request) -> Response:
-    entries = _registry(request).entries()
+    identity = caller(request)
+    entries = [e for e in _registry(request).entries() if sees(identity, e.tenant)]
     return JSONResponse([_model(e) for e in entries if not (e.culled or e.session.closed)])
 
 
@@ -138,7 +138,8 @@ async def start_kernel(request: Request) -> Response:
     config = request.app.state.kexec.config
     kernel_name = await parse_start_kernel(request, config, names)
     entry = await _registry(request).create(
-        CreateRequest(kernel_name=kernel_name, env={}, timeout=config.max_timeout)
+        CreateRequest(kernel_name=kernel_name, env={}, timeout=config.max_timeout),
+        caller(request).tenant,
     )
     _started_here(request).add(entry.id)
     return JSONResponse(_model(entry), status_code=201)
@@ -184,6 +185,8 @@ async def restart_kernel(request: Request) -> Response:
 async def channels(websocket: WebSocket) -> None:
     registry = _registry(websocket)
     try:
+        authorize(websocket, "attach")
+        check_owner(websocket, registry)  # another tenant's kernel is unknown
         entry = registry.get_live(_session_id(websocket))
     except ApiError:
         await websocket.close(code=1008)
@@ -339,13 +342,22 @@ async def _bridge(
 
 _KERNEL = "/api/kernels/{kernel_id}"
 
+
+class ScopedWebSocketRoute(WebSocketRoute):
+    """The channels WebSocket, with the scope it needs (checked by ``channels``)."""
+
+    scopes: ClassVar[dict[str, str | None]] = {"WEBSOCKET": "attach"}
+
+
+# Attaching is its own scope: a person (or a JupyterLab) gets a live console on
+# the kernel, with no execution recorded in the agent's transcript or results.
 JUPYTER_ROUTES: list[BaseRoute] = [
-    route("/api/kernelspecs", GET=kernelspecs),
-    route("/api/kernels", GET=list_kernels, POST=start_kernel),
-    route(_KERNEL, GET=get_kernel, DELETE=shutdown_kernel),
-    route(f"{_KERNEL}/interrupt", POST=interrupt_kernel),
-    route(f"{_KERNEL}/restart", POST=restart_kernel),
-    WebSocketRoute(f"{_KERNEL}/channels", channels),
+    route("/api/kernelspecs", GET=(kernelspecs, "attach")),
+    route("/api/kernels", GET=(list_kernels, "attach"), POST=(start_kernel, "attach")),
+    route(_KERNEL, GET=(get_kernel, "attach"), DELETE=(shutdown_kernel, "attach")),
+    route(f"{_KERNEL}/interrupt", POST=(interrupt_kernel, "attach")),
+    route(f"{_KERNEL}/restart", POST=(restart_kernel, "attach")),
+    ScopedWebSocketRoute(f"{_KERNEL}/channels", channels),
 ]
 
 

@@ -11,12 +11,14 @@ described on its own.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .._version import __version__
+from ._access import OPEN
 from ._config import ServerConfig
 from ._executions import execution_paths, execution_schemas
-from ._jupyter_api import jupyter_paths
+from ._jupyter_api import JUPYTER_ROUTES, jupyter_paths
 from ._openapi_parts import (
     CHECKPOINT_ID,
     JSON,
@@ -29,6 +31,7 @@ from ._openapi_parts import (
     ref,
 )
 from ._openapi_schemas import schemas
+from ._routes import ROUTES
 
 __all__ = ["openapi_schema"]
 
@@ -239,6 +242,7 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
     }
     paths.update(execution_paths(session, execute_body, config.max_timeout))
     paths.update(jupyter_paths())
+    _scopes(paths)
     return {
         "openapi": "3.2.0",
         "info": {
@@ -253,3 +257,20 @@ def openapi_schema(config: ServerConfig, kernel_names: list[str]) -> dict[str, A
         },
         "security": [{"bearer": []}],
     }
+
+
+def _scopes(paths: dict[str, Any]) -> None:
+    """Each operation's scope, as ``x-kernelexec-scope``, from the routes themselves, and
+    the answers every operation behind the token may give (401, 403, 413, 429)."""
+    for route in [*ROUTES, *JUPYTER_ROUTES]:
+        for method, scope in getattr(route, "scopes", {}).items():
+            path = re.sub(r":\w+}", "}", getattr(route, "path", ""))  # {path:path} is {path}
+            found = paths.get(path, {}).get(method.lower())
+            if found is None or scope == OPEN:
+                continue
+            if scope is not None:
+                found["x-kernelexec-scope"] = scope
+            # Whatever else it answers, a token's tenant can lack its scope or pass its rate.
+            answers = found.setdefault("responses", {})
+            for status, answer in errors().items():
+                answers.setdefault(status, answer)

@@ -39,12 +39,15 @@ def json_answer(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 def errors(*statuses: int) -> dict[str, Any]:
-    """The error answers an operation can give; 401 and 413 every one can."""
+    """The error answers an operation can give; 401, 403, 413 and 429 every one can
+    (a token's tenant without the operation's scope, or past its request rate)."""
     said = {
         400: "Malformed request",
         401: "Missing or wrong token",
-        403: "Path leaves the work dir, or a session option the operator has not allowed "
-        "(the message names the flag)",
+        403: "The token's tenant lacks the scope this operation needs (missing_scope; the "
+        "body's scope names it, and so does x-kernelexec-scope here); a path that leaves the "
+        "work dir, or a session option the operator has not allowed (the message names the "
+        "flag or the tenant's allow list)",
         404: "No such session (or file, or checkpoint)",
         409: "The session was culled, closed or deleted, or the file cannot be written; "
         "a fork with wait false of a busy session (session_busy); a checkpoint that "
@@ -58,13 +61,17 @@ def errors(*statuses: int) -> dict[str, Any]:
         422: "A session option's value cannot be used (over a cap, a path for a venv "
         "name, preload code that fails, a package that does not install), or a "
         "checkpoint is damaged (checkpoint_damaged) or failed to load (restore_failed)",
-        429: "At --max-sessions (forks, and suspended sessions resuming, count too), or the "
-        "session's queue is full (queue_full: --max-queued, --max-queued-mb; see Retry-After)",
+        429: "The tenant sends requests past its rate (rate_limited) or is at one of its "
+        "quotas (quota_exceeded: live_sessions, queued_executions, cpu_seconds_per_hour, "
+        "work_dir_bytes; the body's quota names it); at --max-sessions (forks, and suspended "
+        "sessions resuming, count too), or the session's queue is full (queue_full: "
+        "--max-queued, --max-queued-mb). See Retry-After",
         503: "Kernel start failed, or the server is shutting down",
         507: "Not enough room on the server's disk, or past its checkpoint budgets "
         "(--session-disk-mb, --store-disk-mb); nothing was written",
     }
-    return {str(s): json_answer(ref("Error"), said[s]) for s in sorted({401, 413, *statuses})}
+    every = {401, 403, 413, 429, *statuses}
+    return {str(s): json_answer(ref("Error"), said[s]) for s in sorted(every)}
 
 
 def op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]:

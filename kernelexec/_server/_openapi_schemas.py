@@ -32,7 +32,12 @@ def schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
         "Error": {
             "type": "object",
             "required": ["error", "message"],
-            "properties": {"error": text, "message": text},
+            "properties": {
+                "error": text,
+                "message": text,
+                "scope": {**text, "description": "missing_scope: the scope the route needs"},
+                "quota": {**text, "description": "quota_exceeded: the quota it would pass"},
+            },
         },
         "CreateSession": {
             "type": "object",
@@ -219,6 +224,11 @@ def schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                 "created": WHEN,
                 "last_activity": WHEN,
                 "executions": {"type": "integer"},
+                "tenant": {
+                    "type": "string",
+                    "description": "the tenant whose session it is (default: a server of one "
+                    "--token); only it, and tenants with the admin scope, see it",
+                },
                 "options": {
                     "type": "object",
                     "description": "the session options it was created with",
@@ -250,7 +260,9 @@ def schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
             "type": "object",
             "required": ["status", "text", "outputs"],
             "properties": {
-                "status": {"enum": ["ok", "error", "timeout", "kernel_died", "cancelled"]},
+                "status": {
+                    "enum": ["ok", "error", "timeout", "kernel_died", "cancelled", "quota_exceeded"]
+                },
                 "execution_count": {"type": ["integer", "null"]},
                 "stdout": text,
                 "stderr": text,

@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import re
+import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -53,6 +54,7 @@ from typing import IO, Any, Literal
 from .. import _workdir
 from .._exceptions import ConfigurationError
 from .._state._manifest import STAGING
+from .._tenants._config import DEFAULT_TENANT, is_tenant_name
 
 __all__ = [
     "FOLDER",
@@ -62,6 +64,7 @@ __all__ = [
     "RecordState",
     "Records",
     "claim",
+    "records_key",
     "sweep_staging",
 ]
 
@@ -74,6 +77,8 @@ MAX_RECORDS = 10_000
 MAX_BYTES = 16 * 1024 * 1024  # env and preload code can be long; nothing else is
 _NAME = re.compile(r"([0-9a-f]{32})\.json")
 _ID = re.compile(r"[0-9a-f]{32}")
+_RECORD = re.compile(r"(checkpoint-)?[0-9a-f]{32}")
+_KEY_FILE = ".records-key"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RecordState = Literal["live", "suspended", "culled"]
 
@@ -92,6 +97,7 @@ class Record:
     checkpoint: str | None = None  # suspended: the checkpoint holding its state
     idle_for: float = 0.0
     why_culled: str | None = None
+    tenant: str = DEFAULT_TENANT  # whose it is: records from before tenants are the default's
 
     @classmethod
     def parse(cls, data: Any) -> Record:
@@ -99,6 +105,10 @@ class Record:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError("not a record of this format")
         fields: dict[str, Any] = {k: data.get(k) for k in cls.__dataclass_fields__}
+        if fields["tenant"] is None:
+            fields["tenant"] = DEFAULT_TENANT
+        if not (isinstance(fields["tenant"], str) and is_tenant_name(fields["tenant"])):
+            raise ValueError("a bad tenant")
         if not (isinstance(fields["id"], str) and _ID.fullmatch(fields["id"])):
             raise ValueError("a bad id")
         if fields["state"] not in ("live", "suspended", "culled"):
@@ -130,11 +140,16 @@ class Record:
 
 
 class Records:
-    """The records of the sessions under one work root, signed with the server's token."""
+    """The records of the sessions under one work root, signed with the server's secret.
 
-    def __init__(self, work_root: Path, token: str) -> None:
+    The secret is its ``--token``, or for a server of many tenants the key
+    ``records_key`` keeps in the work root. Each checkpoint of the store has a
+    record too, ``.sessions/checkpoint-<id>.json``: the tenant it belongs to.
+    """
+
+    def __init__(self, work_root: Path, secret: str) -> None:
         self.work_root = work_root
-        self._key = hashlib.sha256(b"kernelexec session record\0" + token.encode()).digest()
+        self._key = hashlib.sha256(b"kernelexec session record\0" + secret.encode()).digest()
 
     def write(self, record: Record) -> None:
         """Writes (or replaces) the session's record whole.
@@ -153,7 +168,7 @@ class Records:
 
     def remove(self, session_id: str) -> None:
         """Removes the session's record; absent is fine."""
-        if not _ID.fullmatch(session_id):
+        if not _RECORD.fullmatch(session_id):
             return
         try:
             folder = _workdir.open_folder(self.work_root, [FOLDER])
@@ -211,6 +226,48 @@ class Records:
             return None
         match = _NAME.fullmatch(name)
         return record if match is not None and match.group(1) == record.id else None
+
+    def write_owner(self, checkpoint_id: str, tenant: str) -> None:
+        """Records which tenant a checkpoint of the store belongs to.
+
+        Raises:
+            OSError: it cannot be written.
+        """
+        body = {"format": FORMAT, "checkpoint": checkpoint_id, "tenant": tenant}
+        data = json.dumps({"owner": body, "mac": self._mac(body)}, ensure_ascii=True)
+        folder, _ = _workdir.own_folder(self.work_root, [FOLDER, "-"])
+        os.close(folder)
+        _workdir.write(self.work_root, f"{FOLDER}/checkpoint-{checkpoint_id}.json", data.encode())
+
+    def owner(self, checkpoint_id: str) -> str | None:
+        """The tenant a checkpoint belongs to; None when no valid record says (only an
+        admin sees it then: one made before tenants, or a record a kernel forged)."""
+        if not _ID.fullmatch(checkpoint_id):
+            return None
+        try:
+            folder = _workdir.open_folder(self.work_root, [FOLDER])
+        except OSError:
+            return None
+        try:
+            with _workdir.open_in(folder, f"checkpoint-{checkpoint_id}.json") as file:
+                raw = _read_most(file, 4096)
+            signed = json.loads(raw or b"")
+            body, mac = signed["owner"], signed["mac"]
+            if not (isinstance(mac, str) and hmac.compare_digest(mac, self._mac(body))):
+                return None
+            tenant = body["tenant"]
+            if body.get("checkpoint") != checkpoint_id or not isinstance(tenant, str):
+                return None
+            return tenant
+        except (OSError, ValueError, TypeError, KeyError, RecursionError):
+            return None
+        finally:
+            os.close(folder)
+
+    def remove_owner(self, checkpoint_id: str) -> None:
+        """Forgets whose a removed checkpoint was; absent is fine."""
+        if _ID.fullmatch(checkpoint_id):
+            self.remove(f"checkpoint-{checkpoint_id}")
 
     def _mac(self, body: Any) -> str:
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -276,3 +333,41 @@ def claim(work_root: Path) -> IO[bytes]:
             ) from None
         raise
     return handle
+
+
+def records_key(work_root: Path) -> str:
+    """The secret that signs the records of a server of many tenants (it has no one token).
+
+    Kept in ``<work_root>/.records-key`` (mode 0600), made on first use, so
+    that a restarted server trusts the records it wrote. A contained kernel
+    (the default) cannot read outside its work dir; an uncontained one runs
+    as the server's user and could, as it could read anything of that user's.
+
+    Raises:
+        ConfigurationError: the key can be neither read nor made.
+    """
+    path = work_root / _KEY_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = -1
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {path} ({exc.strerror}): remove it") from None
+    if fd < 0:
+        key = secrets.token_hex(32)
+        try:
+            made = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with open(made, "w") as file:
+                file.write(key)
+        except FileExistsError:
+            return records_key(work_root)  # another start made it first
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot make {path} ({exc.strerror}): make the work root writable"
+            ) from None
+        return key
+    with open(fd) as file:
+        key = file.read().strip()
+    if len(key) < 32:
+        raise ConfigurationError(f"{path} holds no key: remove it, and a new one is made")
+    return key

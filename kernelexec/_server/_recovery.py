@@ -82,6 +82,7 @@ async def _recovered(registry: Registry, record: Record, claimed: set[str]) -> E
         record.timeout,
         options,
         dict(record.env),
+        tenant=record.tenant,
         created=record.created,
         starting=False,
         idle_for=record.idle_for,

@@ -35,12 +35,16 @@ from .._session._pool import KernelPool
 from .._state import _disk
 from .._state._fork import ForkMethod
 from .._state._manifest import Checkpoint
+from .._tenants._models import Tenant
+from .._tenants._registry import TenantRegistry
 from .._workdir import remove_tree
+from ._access import unknown_session
 from ._bodies import CreateRequest
 from ._checkpointing import (
     checkpoint,
     delete_checkpoint,
     make_checkpoint,
+    no_checkpoint,
     open_checkpoint,
     restore_refused,
 )
@@ -57,7 +61,8 @@ from ._idle import (
     with_id,
 )
 from ._options import SessionOptions
-from ._records import Records
+from ._quotas import QuotaKeeper
+from ._records import Records, records_key
 from ._recovery import recover
 
 __all__ = ["Entry", "Registry"]
@@ -75,11 +80,22 @@ class Registry:
     work root, and anything else is refused before it reaches the file system.
     """
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, tenants: TenantRegistry | None = None) -> None:
         self.config = config
         self.root = config.work_root.expanduser().resolve()
         self.store = CheckpointStore(self.root)
-        self.records = Records(self.root, config.token)
+        if config.token is not None:
+            secret = config.token
+        else:
+            self.root.mkdir(parents=True, exist_ok=True)
+            secret = records_key(self.root)
+        self.records = Records(self.root, secret)
+        if tenants is None:
+            assert config.token is not None  # ServerConfig: one or the other
+            tenants = TenantRegistry.single(config.token)
+        self.tenants = tenants
+        self.quotas = QuotaKeeper(self, tenants)
+        self._owners: dict[str, str | None] = {}  # checkpoint id -> its tenant, as read
         self._entries: dict[str, Entry] = {}
         self._closing = False
         self.reserved = 0  # kernels being made for forks and resumes
@@ -125,13 +141,19 @@ class Registry:
             kwargs["pool"] = self.pool  # a container or a gateway is no pool's kernel
         return {"kernel_name": kernel_name, "env": env, "timeout": timeout, **kwargs}
 
-    async def create(self, request: CreateRequest) -> Entry:
-        """Starts a session's kernel (restoring a checkpoint into it if asked); HTTP 429
-        past ``max_sessions``, 404 for an unknown checkpoint, 422 for a damaged one."""
+    async def create(self, request: CreateRequest, owner: Tenant) -> Entry:
+        """Starts a session of ``owner``'s kernel (restoring a checkpoint into it if asked);
+        HTTP 429 past ``max_sessions`` or the tenant's quota, 404 for an unknown checkpoint
+        (or another tenant's), 422 for a damaged one."""
         self.refuse_if_closing()
         # A bad checkpoint is refused before any kernel starts.
-        saved = self.open_checkpoint(request.checkpoint) if request.checkpoint else None
+        saved = None
+        if request.checkpoint:
+            if not self.owned(request.checkpoint, owner):
+                raise no_checkpoint(request.checkpoint)
+            saved = self.open_checkpoint(request.checkpoint)
         self.check_room()
+        self.quotas.check_live(owner)
         session_id = secrets.token_hex(16)
         options = request.options
         settings = (request.kernel_name, request.env, request.timeout, options)
@@ -140,7 +162,13 @@ class Registry:
         except ConfigurationError as exc:
             raise ApiError(503, "work_root_unusable", str(exc)) from None
         entry = Entry(
-            session_id, session, request.kernel_name, request.timeout, options, dict(request.env)
+            session_id,
+            session,
+            request.kernel_name,
+            request.timeout,
+            options,
+            dict(request.env),
+            tenant=owner.name,
         )
         self.register(entry)  # counted against the limit while it starts
 
@@ -251,13 +279,39 @@ class Registry:
         """The session, culled or not; HTTP 404 for an unknown or malformed id."""
         entry = self._entries.get(session_id) if _ID.fullmatch(session_id) else None
         if entry is None:
-            raise ApiError(
-                404,
-                "session_not_found",
-                f"no session {session_id[:64]!r} on this "
-                "server; it may have been deleted (GET /sessions lists them)",
-            )
+            raise unknown_session(session_id)
         return entry
+
+    # -- whose things are whose (the routes check with ``_access``)
+
+    def checkpoint_owner(self, checkpoint_id: str) -> str | None:
+        """The tenant a checkpoint of the store belongs to (None: none known)."""
+        if checkpoint_id not in self._owners:
+            self._owners[checkpoint_id] = self.records.owner(checkpoint_id)
+        return self._owners[checkpoint_id]
+
+    def owned(self, checkpoint_id: str, tenant: Tenant) -> bool:
+        """Whether ``tenant`` may see the checkpoint: its own, or any for an admin."""
+        return tenant.can("admin") or self.checkpoint_owner(checkpoint_id) == tenant.name
+
+    def set_checkpoint_owner(self, checkpoint_id: str, tenant: str) -> None:
+        """Records whose a new checkpoint is (a write: call it in a thread)."""
+        self.records.write_owner(checkpoint_id, tenant)
+        self._owners[checkpoint_id] = tenant
+
+    def forget_checkpoint_owner(self, checkpoint_id: str) -> None:
+        self._owners.pop(checkpoint_id, None)
+        self.records.remove_owner(checkpoint_id)
+
+    def unknown_checkpoint(self, checkpoint_id: str) -> ApiError:
+        return no_checkpoint(checkpoint_id)
+
+    async def forget_suspend(self, entry: Entry) -> None:
+        """Removes the checkpoint that held a suspended session's state, if any."""
+        if entry.suspend_id is not None:
+            self.store.suspends.pop(entry.suspend_id, None)
+            await asyncio.to_thread(self.store.remove, entry.suspend_id)
+            entry.suspend_id = None
 
     def get_live(self, session_id: str) -> Entry:
         """The session, which must have a kernel or be suspended; HTTP 409 once culled,
@@ -295,6 +349,9 @@ class Registry:
                 if entry.deleted:
                     raise closed_meanwhile()
                 if entry.suspended:
+                    owner = self.quotas.tenant(entry.tenant)
+                    if owner is not None:
+                        self.quotas.check_live(owner, " (resuming this one would make one more)")
                     await resume(self, entry)
         except BaseException:
             self.release(entry)
@@ -337,7 +394,9 @@ class Registry:
                 raise ApiError(503, "kernel_start_failed", str(exc)) from None
         return entry
 
-    async def fork(self, session_id: str, *, wait: bool, method: ForkMethod = "auto") -> Entry:
+    async def fork(
+        self, session_id: str, owner: Tenant, *, wait: bool, method: ForkMethod = "auto"
+    ) -> Entry:
         """A new session holding a copy of the session's state; counted as any session.
 
         HTTP 409 ``session_busy`` when it is executing and ``wait`` is false;
@@ -345,6 +404,7 @@ class Registry:
         """
         async with self.using(session_id) as parent:
             self.check_room("; a fork is a session too")
+            self.quotas.check_live(owner, "; a fork is a session too")
             child_id = secrets.token_hex(16)
             self.reserved += 1
             try:
@@ -387,6 +447,7 @@ class Registry:
                 parent.timeout,
                 parent.options,
                 dict(parent.env),
+                tenant=parent.tenant,
                 starting=False,
                 fork_report=child.fork_report,
             )
@@ -439,10 +500,7 @@ class Registry:
         async with entry.lock:  # a resume under way ends first (and closes what it made)
             await entry.session.close()
             await asyncio.to_thread(self.records.remove, entry.id)
-            if entry.suspend_id is not None:
-                self.store.suspends.pop(entry.suspend_id, None)
-                await asyncio.to_thread(self.store.remove, entry.suspend_id)
-                entry.suspend_id = None
+            await self.forget_suspend(entry)
         if purge:
             await asyncio.to_thread(remove_tree, entry.work_dir)
         return entry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -12,11 +12,15 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from .._audit import AuditLog, code_fields
 from .._exceptions import KernelexecError, KernelStartError, QueueFullError, SessionClosedError
-from .._execution._background import Execution, Reservation
+from .._execution._background import Execution, ExecutionCancelled, Reservation
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult
+from .._tenants._registry import Identity
 from .._version import __version__
+from ._access import OPEN, authorize, check_owner, sees
+from ._auth import caller
 from ._bodies import (
     ExecuteRequest,
     body_chunks,
@@ -53,6 +57,7 @@ class ServerState:
     kernel_names: list[str]
     schema: dict[str, Any]
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    audit: AuditLog | None = None
 
 
 def _state(request: Request) -> ServerState:
@@ -84,13 +89,15 @@ async def openapi(request: Request) -> Response:
 
 async def create_session(request: Request) -> Response:
     state = _state(request)
-    body = await parse_create(request, state.config, state.kernel_names)
-    entry = await state.registry.create(body)
+    owner = caller(request).tenant
+    body = await parse_create(request, state.config, state.kernel_names, owner)
+    entry = await state.registry.create(body, owner)
     return JSONResponse(_described(entry), status_code=201)
 
 
 async def list_sessions(request: Request) -> Response:
-    entries = _state(request).registry.entries()
+    identity = caller(request)
+    entries = [e for e in _state(request).registry.entries() if sees(identity, e.tenant)]
     return JSONResponse({"sessions": [e.to_dict() for e in entries]})
 
 
@@ -107,18 +114,30 @@ async def delete_session(request: Request) -> Response:
 
 
 async def _execute(
-    entry: Entry, body: ExecuteRequest, on_output: OutputListener | None, extra: dict[str, Any]
+    state: ServerState,
+    entry: Entry,
+    body: ExecuteRequest,
+    on_output: OutputListener | None,
+    extra: dict[str, Any],
 ) -> ExecutionResult:
-    """Runs the code; a resume before it is told in the result and in ``extra``."""
+    """Runs the code; a resume before it is told in the result and in ``extra``, and a
+    quota it passed too (``_quotas``)."""
     entry.executions += 1
+    quotas = state.registry.quotas
+    quotas.poke()
     try:
-        result = await entry.session.execute(
-            body.code,
-            language=body.language,
-            timeout=body.timeout,
-            stdin=body.stdin,
-            on_output=on_output,
-        )
+        try:
+            result = await entry.session.execute(
+                body.code,
+                language=body.language,
+                timeout=body.timeout,
+                stdin=body.stdin,
+                on_output=on_output,
+            )
+        except ExecutionCancelled as exc:
+            exc.result = await quotas.after_execution(entry, exc.result)
+            raise
+        result = await quotas.after_execution(entry, result)
         report, entry.resumed = entry.resumed, None
         if report is None:
             return result
@@ -145,6 +164,13 @@ async def _admitted(request: Request) -> tuple[ExecuteRequest, Reservation]:
     """
     state = _state(request)
     entry = state.registry.get_live(_id(request))  # a 404, 409 or 410 before reading
+    tenant = caller(request).tenant
+    try:
+        state.registry.quotas.check_cpu(tenant)
+        state.registry.quotas.check_queued(tenant)
+    except ApiError:
+        await drain(request, state.config.max_body)
+        raise
     declared = request.headers.get("content-length", "")
     size = int(declared) if declared.isdigit() else 0
     if size > state.config.max_queued_bytes:
@@ -175,9 +201,20 @@ def _begin(
 ) -> Execution:
     """The execution as a task of its own, reachable by id: it outlives a client that goes away."""
     state = _state(request)
+    identity = caller(request)
+    made: list[Execution] = []  # the execution, for its id in the audit log
 
-    def run(entry: Entry, listener: OutputListener, extra: dict[str, Any]) -> Any:
-        return _execute(entry, body, listener, extra)
+    async def run(entry: Entry, listener: OutputListener, extra: dict[str, Any]) -> Any:
+        result: ExecutionResult | None = None
+        try:
+            result = await _execute(state, entry, body, listener, extra)
+        except ExecutionCancelled as exc:
+            result = exc.result
+            raise
+        finally:
+            audited = made[0].id if made else None
+            _audit_execution(state, identity, entry.id, audited, body, result)
+        return result
 
     execution = begin(
         state.registry,
@@ -189,6 +226,7 @@ def _begin(
         on_output=on_output,
         reservation=held,
     )
+    made.append(execution)
     state.tasks.add(execution.task)
     execution.task.add_done_callback(_forget(state.tasks))
     return execution
@@ -250,7 +288,8 @@ async def fork(request: Request) -> Response:
     state = _state(request)
     state.registry.get_live(_id(request))  # a 404 or 409 before reading the body
     wait, method = await parse_fork(request, state.config)
-    entry = await state.registry.fork(_id(request), wait=wait, method=method)
+    owner = caller(request).tenant
+    entry = await state.registry.fork(_id(request), owner, wait=wait, method=method)
     return JSONResponse(_described(entry), status_code=201)
 
 
@@ -267,8 +306,14 @@ def _checkpoint_id(request: Request) -> str:
 
 
 async def list_checkpoints(request: Request) -> Response:
-    store = _state(request).registry.store
-    return JSONResponse(await asyncio.to_thread(store.listing))
+    registry = _state(request).registry
+    identity = caller(request)
+    listing = await asyncio.to_thread(registry.store.listing)
+    for key in ("checkpoints", "unreadable"):
+        listing[key] = [
+            c for c in listing[key] if sees(identity, registry.checkpoint_owner(c["id"]))
+        ]
+    return JSONResponse(listing)
 
 
 async def get_checkpoint(request: Request) -> Response:
@@ -352,12 +397,24 @@ async def upload(request: Request) -> Response:
         )
     _require_body(request)
     declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() else 0
+    tenant = caller(request).tenant
+    try:
+        room = await state.registry.quotas.check_upload(entry, tenant, size)
+    except ApiError:
+        await drain(request, state.config.max_body)
+        raise
+    chunks = body_chunks(request, state.config.max_body)
+    if room is not None:
+        chunks = _at_most(
+            chunks,
+            room,
+            lambda sent: state.registry.quotas.too_much(
+                tenant, sent, tenant.quotas.work_dir_bytes or 0
+            ),
+        )
     info = await write_file(
-        entry.work_dir,
-        raw,
-        body_chunks(request, state.config.max_body),
-        notebook=entry.session.notebook_path,
-        size=int(declared) if declared.isdigit() else 0,
+        entry.work_dir, raw, chunks, notebook=entry.session.notebook_path, size=size
     )
     return JSONResponse(info.to_dict(), status_code=201)
 
@@ -389,42 +446,120 @@ async def notebook(request: Request) -> Response:
     return Response(body, media_type="application/x-ipynb+json")
 
 
+async def _at_most(
+    chunks: AsyncIterator[bytes], room: int, refuse: Callable[[int], ApiError]
+) -> AsyncIterator[bytes]:
+    """The upload's chunks, refused (and so not kept) once they pass ``room`` bytes: a
+    body of undeclared length is held to the work-dir quota as it comes."""
+    sent = 0
+    async for chunk in chunks:
+        sent += len(chunk)
+        if sent > room:
+            raise refuse(sent)
+        yield chunk
+
+
+def _audit_execution(
+    state: ServerState,
+    identity: Identity,
+    session_id: str,
+    execution_id: str | None,
+    body: ExecuteRequest,
+    result: ExecutionResult | None,
+) -> None:
+    """One line of the audit log for an execution: never its code or outputs."""
+    if state.audit is None:
+        return
+    event: dict[str, Any] = {
+        "kind": "execution",
+        "tenant": identity.tenant.name,
+        "token_id": identity.token_id,
+        "session": session_id,
+        "execution_id": execution_id,
+        "language": body.language or "python",
+        **code_fields(body.code),
+        "outcome": "failed" if result is None else result.status,
+    }
+    if result is not None:
+        event["usage"] = None if result.usage is None else result.to_dict()["usage"]
+        event["bytes_out"] = (
+            len(result.stdout.encode())
+            + len(result.stderr.encode())
+            + len(json.dumps(result.outputs).encode())
+        )
+    state.audit.record(event)
+
+
 Endpoint = Callable[[Request], Awaitable[Response]]
+Method = tuple[Endpoint, str | None]
 
 
-def route(path: str, **handlers: Endpoint) -> Route:
-    """One route for every method on a path, so a 405's Allow header lists them all."""
+class ScopedRoute(Route):
+    """A route with the scope each of its methods needs (``_access``): ``scopes``."""
+
+    scopes: dict[str, str | None]
+
+
+def route(path: str, **handlers: Method) -> ScopedRoute:
+    """One route for every method on a path, so a 405's Allow header lists them all.
+
+    Each method is given as ``(handler, scope)``: the scope a token needs for
+    it (None: any token of the server; ``OPEN``: none at all). Before the
+    handler runs, the caller's scope is checked (403) and so are the ids in
+    the path (another tenant's answer 404, as unknown ones do).
+    """
     if "GET" in handlers:
         handlers["HEAD"] = handlers["GET"]
 
     async def endpoint(request: Request) -> Response:
-        return await handlers[request.method](request)
+        handler, scope = handlers[request.method]
+        request.scope["kexec.route"] = path
+        if scope != OPEN:
+            authorize(request, scope)
+            check_owner(request, _state(request).registry)
+        return await handler(request)
 
-    return Route(path, endpoint, methods=list(handlers))
+    made = ScopedRoute(path, endpoint, methods=list(handlers))
+    made.scopes = {method: scope for method, (_, scope) in handlers.items()}
+    return made
 
 
 _SESSION = "/sessions/{session_id}"
 
 ROUTES = [
-    route("/health", GET=health),
-    route("/openapi.json", GET=openapi),
-    route("/sessions", GET=list_sessions, POST=create_session),
-    route(_SESSION, GET=get_session, DELETE=delete_session),
-    route(f"{_SESSION}/execute", POST=execute),
-    route(f"{_SESSION}/execute/stream", POST=execute_stream),
-    route(f"{_SESSION}/executions", GET=list_executions, POST=start_execution),
-    route(f"{_SESSION}/executions/{{execution_id}}", GET=get_execution),
-    route(f"{_SESSION}/executions/{{execution_id}}/events", GET=execution_events_route),
-    route(f"{_SESSION}/executions/{{execution_id}}/cancel", POST=cancel_execution),
-    route(f"{_SESSION}/interrupt", POST=interrupt),
-    route(f"{_SESSION}/restart", POST=restart),
-    route(f"{_SESSION}/fork", POST=fork),
-    route(f"{_SESSION}/checkpoint", POST=checkpoint),
-    route("/checkpoints", GET=list_checkpoints),
-    route("/checkpoints/{checkpoint_id}", GET=get_checkpoint, DELETE=delete_checkpoint),
-    route(f"{_SESSION}/variables", GET=variables),
-    route(f"{_SESSION}/variables/{{name}}", GET=variable),
-    route(f"{_SESSION}/files", GET=files),
-    route(f"{_SESSION}/files/{{path:path}}", GET=download, PUT=upload),
-    route(f"{_SESSION}/notebook", GET=notebook),
+    route("/health", GET=(health, OPEN)),
+    route("/openapi.json", GET=(openapi, None)),
+    route("/sessions", GET=(list_sessions, "sessions"), POST=(create_session, "sessions")),
+    route(_SESSION, GET=(get_session, "sessions"), DELETE=(delete_session, "sessions")),
+    route(f"{_SESSION}/execute", POST=(execute, "execute")),
+    route(f"{_SESSION}/execute/stream", POST=(execute_stream, "execute")),
+    route(
+        f"{_SESSION}/executions",
+        GET=(list_executions, "execute"),
+        POST=(start_execution, "execute"),
+    ),
+    route(f"{_SESSION}/executions/{{execution_id}}", GET=(get_execution, "execute")),
+    route(
+        f"{_SESSION}/executions/{{execution_id}}/events", GET=(execution_events_route, "execute")
+    ),
+    route(f"{_SESSION}/executions/{{execution_id}}/cancel", POST=(cancel_execution, "execute")),
+    route(f"{_SESSION}/interrupt", POST=(interrupt, "execute")),
+    route(f"{_SESSION}/restart", POST=(restart, "execute")),
+    route(f"{_SESSION}/fork", POST=(fork, "fork")),
+    route(f"{_SESSION}/checkpoint", POST=(checkpoint, "checkpoint")),
+    route("/checkpoints", GET=(list_checkpoints, "checkpoint")),
+    route(
+        "/checkpoints/{checkpoint_id}",
+        GET=(get_checkpoint, "checkpoint"),
+        DELETE=(delete_checkpoint, "checkpoint"),
+    ),
+    route(f"{_SESSION}/variables", GET=(variables, "execute")),
+    route(f"{_SESSION}/variables/{{name}}", GET=(variable, "execute")),
+    route(f"{_SESSION}/files", GET=(files, "files:read")),
+    route(
+        f"{_SESSION}/files/{{path:path}}",
+        GET=(download, "files:read"),
+        PUT=(upload, "files:write"),
+    ),
+    route(f"{_SESSION}/notebook", GET=(notebook, "files:read")),
 ]

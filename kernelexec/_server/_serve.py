@@ -6,13 +6,15 @@ import asyncio
 import errno
 import signal
 import socket
+import threading
 from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
 
 from .._exceptions import ConfigurationError
-from ._app import create_app
+from .._tenants._registry import TenantRegistry
+from ._app import create_app, tenants_of
 from ._config import ServerConfig
 from ._records import claim
 from ._registry import Registry
@@ -81,9 +83,15 @@ def serve(
     except BaseException:
         sock.close()
         raise
+    try:
+        tenants = tenants_of(config)  # a wrong tenants file is refused before "serving"
+    except BaseException:
+        sock.close()
+        lock.close()
+        raise
     if on_listening is not None:
         on_listening(sock.getsockname()[1])
-    app = create_app(config)
+    app = create_app(config, tenants)
     uv_config = uvicorn.Config(
         app,
         host=config.host,
@@ -94,17 +102,34 @@ def serve(
         server_header=False,
     )
     try:
-        run_until_signalled(_Server(uv_config, app.state.kexec.registry), sock)
+        run_until_signalled(
+            _Server(uv_config, app.state.kexec.registry), sock, on_hangup=reloader(tenants)
+        )
     finally:
         lock.close()
 
 
-def run_until_signalled(server: uvicorn.Server, sock: socket.socket) -> None:
+def reloader(tenants: TenantRegistry) -> Callable[[], None]:
+    """What SIGHUP does: reads the tenants file again (in a thread, off the event loop)."""
+
+    def reload() -> None:
+        # reload() logs what it did, and never raises: a broken file keeps the tenants before.
+        threading.Thread(target=tenants.reload, daemon=True).start()
+
+    return reload
+
+
+def run_until_signalled(
+    server: uvicorn.Server, sock: socket.socket, *, on_hangup: Callable[[], None] | None = None
+) -> None:
     """Runs ``server`` on ``sock`` until SIGTERM or SIGINT, then returns (exit status 0).
 
+    ``on_hangup`` is called on SIGHUP (else SIGHUP is left as it was).
     Closes the socket when done.
     """
     previous = {sig: signal.signal(sig, _ignore) for sig in _SIGNALS}
+    if on_hangup is not None:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: on_hangup())
     try:
         server.run(sockets=[sock])
     finally:

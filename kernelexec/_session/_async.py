@@ -270,6 +270,14 @@ class AsyncSession:
         return found if isinstance(found, Sandbox) else None
 
     @property
+    def kernel_pid(self) -> int | None:
+        """The host's process id of a local kernel (the root of its process tree: a
+        contained kernel's is the init of its PID namespace); None for others, or none
+        running."""
+        pid = getattr(self._backend, "pid", None)
+        return pid if isinstance(pid, int) else None
+
+    @property
     def connection_info(self) -> dict[str, Any] | None:
         """How a second client reaches the running kernel over ZMQ, to debug it.
 

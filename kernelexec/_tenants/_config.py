@@ -12,6 +12,10 @@ The file is TOML, read with the standard library, one table per tenant::
     id = "3f9a1c2b7d4e"
     hash = "sha256:3f9a1c2b7d4e..."
 
+An optional ``[jwt]`` table takes JWTs from the operator's identity provider
+as well (``_jwt.py``): the keys file it names is read with the tenants file,
+and a tenant may then have no tokens of its own.
+
 Whatever is wrong in it is a ``ConfigurationError`` naming the file, the
 tenant and the key, and what to write instead; a key the format does not
 have is wrong too, since a misspelt quota would otherwise be no quota. No
@@ -31,7 +35,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._exceptions import ConfigurationError
-from ._models import ALLOWABLE, SCOPES, Quotas, RateLimit, Tenant, TenantsConfig, TenantToken
+from ._jwt import ALGORITHMS, parse_keys, require_jwt
+from ._models import (
+    ALLOWABLE,
+    SCOPES,
+    JwtSettings,
+    Quotas,
+    RateLimit,
+    Tenant,
+    TenantsConfig,
+    TenantToken,
+)
 from ._tokens import TOKEN_PREFIX, is_token_hash, token_hash, token_id
 
 __all__ = [
@@ -55,6 +69,12 @@ _TOKEN_KEYS = ("id", "hash")
 _WHOLE_QUOTAS = ("live_sessions", "queued_executions", "work_dir_bytes")
 _SECONDS_QUOTAS = ("cpu_seconds_per_hour", "session_lifetime_seconds")
 _RATE_KEYS = ("requests", "per_seconds")
+_JWT_KEYS = ("keys", "audience", "issuer", "tenant_claim", "algorithms", "leeway_seconds")
+# Clocks a few seconds apart must not refuse a fresh token; minutes of leeway
+# would keep an expired one working.
+_DEFAULT_LEEWAY = 30.0
+_MAX_LEEWAY = 300.0
+_KEYS_FILE_BYTES = 1 << 20  # a JWKS of a few dozen keys is some kilobytes
 
 # What changes when the file does: its device and inode (an editor's or
 # Kubernetes' replace-by-rename), size and modification time.
@@ -94,29 +114,14 @@ def read_tenants(path: str | os.PathLike[str]) -> tuple[TenantsConfig, FileStamp
             or what it says is wrong; the message names the fix.
     """
     source = os.fspath(path)
-    try:
-        # Without O_NONBLOCK a FIFO given by mistake would hold the open until a writer came.
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise ConfigurationError(f"tenants file {source} is not a file: pass a TOML file")
-            if info.st_mode & stat.S_IWOTH:
-                # Whoever may write it may give themselves `admin`.
-                raise ConfigurationError(
-                    f"tenants file {source} may be written by any user, who could give "
-                    f"themselves every scope: chmod o-w {source}"
-                )
-            with open(fd, "rb", closefd=False) as file:
-                data = file.read()
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise ConfigurationError(
-            f"tenants file {source} cannot be read ({exc.strerror or exc}): pass another "
-            "--tenants, or make this one readable by the server's user"
-        ) from None
-    stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    data, stamp = _read_guarded(
+        source,
+        f"tenants file {source}",
+        not_file="pass a TOML file",
+        # Whoever may write it may give themselves `admin`.
+        writable="who could give themselves every scope",
+        unreadable="pass another --tenants, or make this one readable by the server's user",
+    )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -129,14 +134,19 @@ def read_tenants(path: str | os.PathLike[str]) -> tuple[TenantsConfig, FileStamp
 def parse_tenants(text: str, *, source: str = "<tenants>") -> TenantsConfig:
     """Reads the tenants a tenants file's ``text`` declares; ``source`` names it in errors.
 
+    A ``[jwt]`` table's keys file is read too, from ``source``'s folder
+    when its path is not absolute (the working directory, for a ``source``
+    that is no path).
+
     Raises:
-        ConfigurationError: the text is not TOML or not a tenants file.
+        ConfigurationError: the text is not TOML or not a tenants file, or
+            its ``[jwt]`` table's keys file cannot be read or holds no key.
     """
     try:
         data = _toml_loads(text)
     except ValueError as exc:  # TOMLDecodeError; its message says where, not what is there
         raise ConfigurationError(f"tenants file {source} is not valid TOML: {exc}") from None
-    _known_keys(data, ("tenants",), f"tenants file {source}", "")
+    _known_keys(data, ("tenants", "jwt"), f"tenants file {source}", "")
     tenants = data.get("tenants")
     if not isinstance(tenants, dict) or not tenants:
         raise ConfigurationError(
@@ -145,7 +155,8 @@ def parse_tenants(text: str, *, source: str = "<tenants>") -> TenantsConfig:
         )
     found = tuple(_tenant(source, name, table) for name, table in tenants.items())
     _unique_tokens(source, found)
-    return TenantsConfig(tenants=found, source=source)
+    jwt = _jwt_settings(source, data["jwt"]) if "jwt" in data else None
+    return TenantsConfig(tenants=found, source=source, jwt=jwt)
 
 
 def _tenant(source: str, name: str, table: Any) -> Tenant:
@@ -273,6 +284,134 @@ def _rate_limit(where: str, table: Any) -> RateLimit:
         requests=int(_positive(where, "rate_limit.requests", table["requests"], whole=True)),
         per_seconds=float(_positive(where, "rate_limit.per_seconds", table["per_seconds"])),
     )
+
+
+def _jwt_settings(source: str, table: Any) -> JwtSettings:
+    where = f"tenants file {source}"
+    if not isinstance(table, dict):
+        raise ConfigurationError(
+            f'{where}, key jwt: write it as a table, [jwt], with keys = "..." and audience = "..."'
+        )
+    _known_keys(table, _JWT_KEYS, where, "jwt.")
+    require_jwt(f"{where}, [jwt]")
+    for key, what in (
+        ("keys", "the file of your identity provider's public keys (PEM or JWKS)"),
+        ("audience", "the aud your identity provider writes in tokens meant for this server"),
+    ):
+        if key not in table:
+            raise ConfigurationError(f'{where}, key jwt.{key} is missing: {key} = "...", {what}')
+    named = _text(where, "keys", table["keys"])
+    audience = table["audience"]
+    if isinstance(audience, str):
+        audience = [audience]
+    if not isinstance(audience, list) or not audience:
+        raise ConfigurationError(f'{where}, key jwt.audience: write a string, "kernelexec"')
+    audiences = tuple(_text(where, "audience", item) for item in audience)
+    issuer = _text(where, "issuer", table["issuer"]) if "issuer" in table else None
+    claim = _text(where, "tenant_claim", table.get("tenant_claim", "tenant"))
+    algorithms = _algorithms(where, table["algorithms"]) if "algorithms" in table else None
+    leeway = table.get("leeway_seconds", _DEFAULT_LEEWAY)
+    if (
+        isinstance(leeway, bool)
+        or not isinstance(leeway, (int, float))
+        or not 0 <= leeway <= _MAX_LEEWAY
+    ):
+        raise ConfigurationError(
+            f"{where}, key jwt.leeway_seconds: write a number of seconds from 0 to "
+            f"{_MAX_LEEWAY:g}, not {_shown(leeway)}"
+        )
+    path = os.path.join(os.path.dirname(source), named)  # an absolute `named` stays itself
+    shown = f"{where}, key jwt.keys: {path}"
+    data, stamp = _read_guarded(
+        path,
+        shown,
+        not_file="name a file of PEM public keys or a JWKS document",
+        writable="who could add a key and sign tokens for any tenant",
+        unreadable="correct the path (one that is not absolute is read from the tenants "
+        "file's folder), or make the file readable by the server's user",
+        limit=_KEYS_FILE_BYTES,
+    )
+    keys = parse_keys(data, where=shown, algorithms=algorithms)
+    return JwtSettings(
+        keys_file=path,
+        keys=keys,
+        audience=audiences,
+        issuer=issuer,
+        tenant_claim=claim,
+        algorithms=tuple(a for a in ALGORITHMS if any(a in key.algorithms for key in keys)),
+        leeway_seconds=float(leeway),
+        keys_stamp=stamp,
+    )
+
+
+def _text(where: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{where}, key jwt.{key}: write a string, not {_shown(value)}")
+    return value
+
+
+def _algorithms(where: str, value: Any) -> tuple[str, ...]:
+    key = "key jwt.algorithms"
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+        raise ConfigurationError(f'{where}, {key}: write a list of strings, ["RS256"]')
+    for name in value:
+        if name.lower() == "none":
+            raise ConfigurationError(
+                f"{where}, {key}: none means a token without a signature, which anyone can "
+                "make: remove it"
+            )
+        if name.upper().startswith("HS"):
+            raise ConfigurationError(
+                f"{where}, {key}: {name} needs a shared secret, and only public keys are "
+                "accepted (whoever read a secret could sign for any tenant): use RS256, ES256 "
+                "or EdDSA"
+            )
+        if name not in ALGORITHMS:
+            raise ConfigurationError(
+                f"{where}, {key}: unknown algorithm {_shown(name)}{_nearest(name, ALGORITHMS)}: "
+                f"the algorithms are {', '.join(ALGORITHMS)}"
+            )
+    return tuple(value)
+
+
+def _read_guarded(
+    path: str,
+    name: str,
+    *,
+    not_file: str,
+    writable: str,
+    unreadable: str,
+    limit: int | None = None,
+) -> tuple[bytes, FileStamp]:
+    """A file's bytes and stamp, refused if it is not a regular file or anyone may write it.
+
+    The stamp is of the file that was read (its descriptor's), not looked up
+    again by name. ``name`` is how messages begin; the other words say what
+    to do when the file is not a file, may be written by anyone (after
+    "who..."), or cannot be read.
+    """
+    try:
+        # Without O_NONBLOCK a FIFO given by mistake would hold the open until a writer came.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigurationError(f"{name} is not a file: {not_file}")
+            if info.st_mode & stat.S_IWOTH:
+                raise ConfigurationError(
+                    f"{name} may be written by any user, {writable}: chmod o-w {path}"
+                )
+            with open(fd, "rb", closefd=False) as file:
+                data = file.read() if limit is None else file.read(limit + 1)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"{name} cannot be read ({exc.strerror or exc}): {unreadable}"
+        ) from None
+    if limit is not None and len(data) > limit:
+        raise ConfigurationError(f"{name} is over {limit} bytes: {not_file}")
+    return data, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 def _positive(where: str, key: str, value: Any, *, whole: bool = False) -> int | float:

@@ -8,10 +8,13 @@ server's routes will hold each request to them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "ALLOWABLE",
     "SCOPES",
+    "JwtKey",
+    "JwtSettings",
     "Quotas",
     "RateLimit",
     "Tenant",
@@ -119,6 +122,54 @@ class Tenant:
 
 
 @dataclass(frozen=True)
+class JwtKey:
+    """One public key that JWT bearer tokens are checked against.
+
+    Attributes:
+        kid: its key id in a JWKS document; None for a PEM key, which a
+            token naming any key id may still be checked against.
+        algorithms: the signing algorithms it may verify: those that fit its
+            type (and the JWK's ``alg``), within the ``[jwt]`` table's list.
+        key: the public key, as the ``cryptography`` package holds it (typed
+            loosely so that this module imports nothing of the ``jwt`` extra).
+    """
+
+    kid: str | None
+    algorithms: frozenset[str]
+    key: Any = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class JwtSettings:
+    """A tenants file's ``[jwt]`` table: which JWTs from an identity provider are taken, as whom.
+
+    Attributes:
+        keys_file: the file the keys were read from (absolute, or as named
+            from the working directory).
+        keys: the public keys read from it, at least one.
+        audience: a token's ``aud`` must hold one of these.
+        issuer: a token's ``iss`` must be this; None checks no issuer.
+        tenant_claim: the claim whose value names a ``[tenants.NAME]``.
+        algorithms: the signing algorithms accepted, all asymmetric.
+        leeway_seconds: the clock skew allowed when ``exp``, ``nbf`` and
+            ``iat`` are checked.
+        keys_stamp: the keys file's device, inode, size and modification
+            time when it was read (as ``_config.FileStamp``), so that a
+            rotated keys file is read again without a change to the tenants
+            file.
+    """
+
+    keys_file: str
+    keys: tuple[JwtKey, ...]
+    audience: tuple[str, ...]
+    issuer: str | None = None
+    tenant_claim: str = "tenant"
+    algorithms: tuple[str, ...] = ()
+    leeway_seconds: float = 30.0
+    keys_stamp: tuple[int, int, int, int] | None = None
+
+
+@dataclass(frozen=True)
 class TenantsConfig:
     """Every tenant of one server, and where they were read from.
 
@@ -127,10 +178,13 @@ class TenantsConfig:
             are the tokens' hashes and ids, across all of them.
         source: the tenants file, or None for the one tenant made from
             ``--token``.
+        jwt: the file's ``[jwt]`` table, when it takes JWTs from an identity
+            provider as well as its own tokens; None when it does not.
     """
 
     tenants: tuple[Tenant, ...]
     source: str | None = None
+    jwt: JwtSettings | None = None
 
     def get(self, name: str) -> Tenant | None:
         """The tenant called ``name``, or None."""

@@ -1,10 +1,12 @@
 """The tenants in force: which tenant a bearer token is, and the file read again when it changes.
 
 ``TenantRegistry`` holds one ``TenantsConfig`` at a time and answers
-``authenticate(token)`` with the tenant and the token's id, or None. The
-tenants file is read again on demand (``reload``, which the server will call
-on SIGHUP) or when its stamp changes (``refresh``, which ``watch`` calls
-every few seconds). A file that no longer reads keeps the tenants read
+``authenticate(token)`` with the tenant and the token's id, or None: for a
+token of the file's, or, when the file has a ``[jwt]`` table, for a JWT that
+its identity provider signed. The tenants file (and its ``[jwt]`` keys file)
+is read again on demand (``reload``, which the server will call on SIGHUP)
+or when its stamp or its keys file's changes (``refresh``, which ``watch``
+calls every few seconds). A file that no longer reads keeps the tenants read
 before in force, and the outcome, the log and ``last_error`` say why: an
 operator's typo must not lock every tenant out, nor let anyone in.
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from .._exceptions import ConfigurationError
 from ._config import FileStamp, read_tenants, single_tenant
+from ._jwt import JwtVerifier, is_jwt
 from ._models import Tenant, TenantsConfig
 from ._tokens import token_hash, token_id, verify_token
 
@@ -28,11 +31,21 @@ log = logging.getLogger("kernelexec.tenants")
 
 # Tokens by the first 12 hex digits of their hash: see `authenticate`.
 _Index = Mapping[str, tuple[tuple[str, "Identity"], ...]]
+# What is in force, swapped as one value: the tenants, their tokens, their JWTs' verifier.
+_State = tuple[TenantsConfig, _Index, JwtVerifier | None]
+# The tenants file's stamp, and its keys file's (None without [jwt], or when it is gone).
+_Stamps = tuple[FileStamp | None, FileStamp | None]
 
 
 @dataclass(frozen=True)
 class Identity:
-    """Who sent a request: the tenant, and which of its tokens (by id, for the logs)."""
+    """Who sent a request: the tenant, and which of its tokens (by id, for the logs).
+
+    For a JWT, ``tenant`` is the named tenant, or a copy of it with fewer
+    scopes when the token's ``scope`` or ``scp`` claim names fewer (compare
+    tenants by name, not by identity); ``token_id`` is ``jwt:`` and 12 hex
+    digits of a hash of the token's subject (or ``jti``).
+    """
 
     tenant: Tenant
     token_id: str
@@ -67,9 +80,10 @@ class TenantRegistry:
         stamp: FileStamp | None = None,
     ) -> None:
         self._path = None if path is None else os.fspath(path)
-        self._state = (config, _index(config))  # swapped as one, so a reader sees one or other
-        self._stamp = stamp  # of the file whose tenants are in force
-        self._seen = stamp  # of the file last tried, read or not: tried once per change
+        self._state = _state(config)  # swapped as one, so a reader sees one or other
+        stamps = None if stamp is None else _stamps_read(config, stamp)
+        self._stamp = stamps  # of the files whose tenants are in force
+        self._seen = stamps  # of the files last tried, read or not: tried once per change
         self.last_error: str | None = None
 
     @classmethod
@@ -94,16 +108,27 @@ class TenantRegistry:
         return self._state[0]
 
     def authenticate(self, token: str) -> Identity | None:
-        """The tenant whose token ``token`` is, and the token's id; None for no tenant's."""
+        """The tenant whose token ``token`` is, and the token's id; None for no tenant's.
+
+        A token of the file's is looked for first, as without ``[jwt]``; a
+        token with a JWT's shape that is none of them is then checked as a
+        JWT when the file has a ``[jwt]`` table (why one is refused goes to
+        the log, never the token).
+        """
+        _, index, verifier = self._state  # read once: one file's tenants throughout
         hashed = token_hash(token)
         # A dict finds the candidates by the first 12 hex digits of the hash; the
         # whole hash is then compared in constant time. What the dict's own
         # comparison could leak by its timing is how much of a stored hash's prefix
         # matches the hash of what the caller sent, which brings no one nearer a
         # token that hashes to it.
-        for stored, identity in self._state[1].get(token_id(hashed), ()):
+        for stored, identity in index.get(token_id(hashed), ()):
             if verify_token(token, stored):
                 return identity
+        if verifier is not None and is_jwt(token):
+            found = verifier.verify(token)
+            if found is not None:
+                return Identity(*found)
         return None
 
     def reload(self) -> ReloadOutcome:
@@ -117,27 +142,35 @@ class TenantRegistry:
         try:
             config, stamp = read_tenants(self._path)
         except ConfigurationError as exc:
-            self._seen = _stamp_of(self._path)
+            self._seen = self._stamps_now(self._path)
             if str(exc) != self.last_error:  # once per new reason, not once per poll
                 log.warning("%s; the tenants read before stay in force", exc)
             self.last_error = str(exc)
             return ReloadOutcome(reloaded=False, error=str(exc))
-        self._state = (config, _index(config))
-        self._stamp = self._seen = stamp
+        self._state = _state(config)
+        self._stamp = self._seen = _stamps_read(config, stamp)
         self.last_error = None
         log.info("tenants file %s read: %d tenants", self._path, len(config.tenants))
         return ReloadOutcome(reloaded=True)
 
     def refresh(self) -> ReloadOutcome:
-        """Reads the tenants file again if it changed since it was last tried.
+        """Reads the tenants file again if it, or its ``[jwt]`` keys file, changed since last tried.
 
         Changed means another file under its name, or another size or
         modification time. A file rewritten in place within the same clock tick
         with the same size can be missed: ``reload`` reads it whatever its stamp.
+        The keys file watched is the one the tenants in force name: a new keys
+        file named by a tenants file that did not read is tried when either
+        file changes again, or on ``reload``.
         """
-        if self._path is None or _stamp_of(self._path) in (self._stamp, self._seen):
+        if self._path is None or self._stamps_now(self._path) in (self._stamp, self._seen):
             return ReloadOutcome(reloaded=False, error=None)
         return self.reload()
+
+    def _stamps_now(self, path: str) -> _Stamps:
+        """The stamps of the tenants file at ``path`` and of the keys file in force, now."""
+        jwt = self._state[0].jwt
+        return (_stamp_of(path), None if jwt is None else _stamp_of(jwt.keys_file))
 
     async def watch(self, interval: float = 2.0) -> None:
         """Refreshes every ``interval`` seconds until cancelled (a server's background task).
@@ -151,6 +184,16 @@ class TenantRegistry:
         while True:
             await asyncio.sleep(interval)
             await asyncio.to_thread(self.refresh)
+
+
+def _state(config: TenantsConfig) -> _State:
+    verifier = None if config.jwt is None else JwtVerifier(config.jwt, config.tenants)
+    return (config, _index(config), verifier)
+
+
+def _stamps_read(config: TenantsConfig, stamp: FileStamp) -> _Stamps:
+    """The stamps of the files ``config`` was read from, as they were when read."""
+    return (stamp, None if config.jwt is None else config.jwt.keys_stamp)
 
 
 def _index(config: TenantsConfig) -> _Index:
