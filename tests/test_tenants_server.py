@@ -7,6 +7,7 @@ route added later is in these tests without anyone listing it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -400,3 +401,40 @@ def test_the_schema_gives_every_operation_its_scope_and_its_403_and_429() -> Non
         assert op.get("x-kernelexec-scope") == scope, (method, template)
         if template != "/openapi.json":
             assert {"401", "403", "429"} <= set(op["responses"]), (method, template)
+
+
+def test_the_python_client_carries_a_tenants_token(pair: Any) -> None:
+    from kernelexec import Client
+
+    server, alice, _, _, ids, _ = pair
+    token = alice.headers["authorization"].removeprefix("Bearer ")
+    with Client(server.url, token=token) as sdk:
+        assert ids["session_id"] in [info.id for info in sdk.sessions()]
+
+
+def test_a_tenants_kernel_reaches_neither_the_records_key_nor_the_tenants_file(pair: Any) -> None:
+    """What would let a kernel forge whose a session is, or read the tenants' hashes."""
+    _, _, bob, _, ids, root = pair
+    session_id = bob.post("/sessions", json={}).json()["id"]
+    work = root / "work"
+    targets = [
+        work / ".records-key",
+        work / ".sessions" / f"{ids['session_id']}.json",
+        work / ".sessions" / f"checkpoint-{ids['checkpoint_id']}.json",
+        root / "tenants.toml",
+    ]
+    assert all(path.exists() for path in targets)  # they are there to be reached
+    code = (
+        "import json\nfound = {}\n"
+        f"for path in {[str(p) for p in targets]!r}:\n"
+        "    try:\n"
+        "        found[path] = open(path).read()[:20]\n"
+        "    except OSError as exc:\n"
+        "        found[path] = type(exc).__name__\n"
+        "print(json.dumps(found))"
+    )
+    result = bob.post(f"/sessions/{session_id}/execute", json={"code": code}).json()
+    found = json.loads(result["stdout"])
+    for path in targets:
+        assert found[str(path)] in ("FileNotFoundError", "PermissionError"), found
+    bob.delete(f"/sessions/{session_id}")
