@@ -93,7 +93,7 @@ async def make_checkpoint(
         registry.store.count(checkpoint_id, saved)
     except BaseException as exc:
         registry.store.done(checkpoint_id)
-        await asyncio.to_thread(registry.store.remove, checkpoint_id)
+        await asyncio.to_thread(registry.remove_checkpoint, checkpoint_id)
         if isinstance(exc, UnknownCheckpoint):
             raise CheckpointError(f"it is not where it was made ({exc})") from None
         raise
@@ -149,8 +149,7 @@ async def delete_checkpoint(registry: Registry, checkpoint_id: str) -> None:
             else "it is being made"
         )
         raise ApiError(409, "checkpoint_in_use", f"checkpoint {checkpoint_id}: {why}")
-    await asyncio.to_thread(registry.store.remove, checkpoint_id)
-    await asyncio.to_thread(registry.forget_checkpoint_owner, checkpoint_id)
+    await asyncio.to_thread(registry.remove_checkpoint, checkpoint_id)
 
 
 def no_checkpoint(checkpoint_id: str) -> ApiError:

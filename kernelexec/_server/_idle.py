@@ -128,7 +128,7 @@ async def suspend(registry: Registry, entry: Entry) -> None:
             if entry.busy or entry.deleted or registry.closing or held_back:
                 # A request came while the state was saved (it runs on this kernel),
                 # or the checkpoint would lose what need not be lost.
-                await asyncio.to_thread(registry.store.remove, checkpoint_id)
+                await asyncio.to_thread(registry.remove_checkpoint, checkpoint_id)
                 if held_back and not (entry.busy or entry.deleted or registry.closing):
                     keep_running(registry, entry, held_back)
                 return
@@ -138,7 +138,7 @@ async def suspend(registry: Registry, entry: Entry) -> None:
                 # Not recorded: a restart would not find it. It stays as it is.
                 entry.suspend_id = None
                 registry.store.suspends.pop(checkpoint_id, None)
-                await asyncio.to_thread(registry.store.remove, checkpoint_id)
+                await asyncio.to_thread(registry.remove_checkpoint, checkpoint_id)
                 keep_running(registry, entry, "its record could not be written")
                 return
             await entry.session.close()
@@ -216,7 +216,7 @@ async def resume(registry: Registry, entry: Entry) -> None:
     # Recorded as live before its checkpoint goes: a crash between the two leaves an
     # ordinary checkpoint in the store, never a record naming one that is gone.
     if await registry.save(entry):
-        await asyncio.to_thread(registry.store.remove, checkpoint_id)
+        await asyncio.to_thread(registry.remove_checkpoint, checkpoint_id)
     log.info("resumed session %s", entry.id)
 
 
@@ -244,7 +244,7 @@ async def expire_checkpoints(registry: Registry) -> list[str]:
                 f"it stayed suspended longer than the store keeps checkpoints "
                 f"({days:g} days, --checkpoint-max-age-days), so its checkpoint was removed",
             )
-        await asyncio.to_thread(registry.store.remove, checkpoint_id)
+        await asyncio.to_thread(registry.remove_checkpoint, checkpoint_id)
         removed.append(checkpoint_id)
         log.info("removed checkpoint %s: older than %.0f s", checkpoint_id, max_age)
     return removed

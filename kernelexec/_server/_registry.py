@@ -299,7 +299,9 @@ class Registry:
         self.records.write_owner(checkpoint_id, tenant)
         self._owners[checkpoint_id] = tenant
 
-    def forget_checkpoint_owner(self, checkpoint_id: str) -> None:
+    def remove_checkpoint(self, checkpoint_id: str) -> None:
+        """Removes a checkpoint from the store, and the record of whose it was (a thread's)."""
+        self.store.remove(checkpoint_id)
         self._owners.pop(checkpoint_id, None)
         self.records.remove_owner(checkpoint_id)
 
@@ -310,7 +312,7 @@ class Registry:
         """Removes the checkpoint that held a suspended session's state, if any."""
         if entry.suspend_id is not None:
             self.store.suspends.pop(entry.suspend_id, None)
-            await asyncio.to_thread(self.store.remove, entry.suspend_id)
+            await asyncio.to_thread(self.remove_checkpoint, entry.suspend_id)
             entry.suspend_id = None
 
     def get_live(self, session_id: str) -> Entry:
