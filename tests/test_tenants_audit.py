@@ -61,6 +61,8 @@ def test_one_whole_line_per_action_and_nothing_secret_in_it(tmp_path: Path) -> N
         thread.start()
     for thread in threads:
         thread.join()
+    stranger = client(server, "kx_" + "A" * 43).post("/sessions", json={})
+    assert stranger.status_code == 401
     server.stop()  # the log is flushed and closed at shutdown
     assert not failures, failures
 
@@ -68,18 +70,23 @@ def test_one_whole_line_per_action_and_nothing_secret_in_it(tmp_path: Path) -> N
     assert raw.endswith(b"\n")
     lines = raw.split(b"\n")[:-1]
     events = [json.loads(line) for line in lines]  # every line whole, valid JSON
+    refused = [e for e in events if e["kind"] == "request" and e["status"] == 401]
+    assert len(refused) == 1 and "tenant" not in refused[0]
+    assert refused[0]["error"] == "unauthorized" and refused[0]["route"] == "/sessions"
     logged_requests = Counter(
         (e["tenant"], e["method"], e["route"], e["status"])
         for e in events
-        if e["kind"] == "request"
+        if e["kind"] == "request" and e["status"] != 401
     )
     assert logged_requests == done
+    assert [e["event"] for e in events if e["kind"] == "server"] == ["start", "stop"]
     logged_executions = Counter(
         (e["tenant"], e["outcome"]) for e in events if e["kind"] == "execution"
     )
     assert logged_executions == executions
     assert sum(executions.values()) == 2 * 2 * CLIENTS
-    for event in events:
+    for event in (e for e in events if e["kind"] != "server" and e.get("status") != 401):
+        assert event["door"] == "http"
         assert event["token_id"] in {
             _token_id(tokens["red"]),
             _token_id(tokens["blue"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -158,7 +159,10 @@ async def test_a_tenants_live_sessions_and_the_servers_cap_hold_over_mcp(tmp_pat
     tokens = write_tenants(
         tmp_path / "tenants.toml", {"one": {"quotas": {"live_sessions": 1}}, "two": {}}
     )
-    proc, url, log_path = _start(tmp_path, tmp_path / "tenants.toml", "--max-sessions", "2")
+    audit = tmp_path / "audit.jsonl"
+    proc, url, log_path = _start(
+        tmp_path, tmp_path / "tenants.toml", "--max-sessions", "2", "--audit-log", str(audit)
+    )
     try:
         async with mcp_as(url, tokens["one"]) as one:
             assert not (await one.call_tool("execute_code", {"code": "1", "session": "a"})).is_error
@@ -171,3 +175,14 @@ async def test_a_tenants_live_sessions_and_the_servers_cap_hold_over_mcp(tmp_pat
     finally:
         proc.terminate()
         assert proc.wait(timeout=60) == 0, log_path.read_text()
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    ran = [(e["tenant"], e["session"], e["outcome"]) for e in lines if e["kind"] == "execution"]
+    # The refused ones are there too: over MCP no other line would tell of them.
+    assert sorted(ran) == [
+        ("one", "a", "ok"),
+        ("one", "b", "failed"),
+        ("two", "a", "ok"),
+        ("two", "b", "failed"),
+    ]
+    assert all(e["door"] == "mcp" for e in lines)
+    assert {e["tenant"] for e in lines if e["kind"] == "request"} == {"one", "two"}

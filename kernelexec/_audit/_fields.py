@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._tenants._tokens import TOKEN_PREFIX
 from .._times import now
+
+if TYPE_CHECKING:
+    from .._execution._models import ExecutionResult
 
 __all__ = ["FIELDS", "FORMAT_VERSION", "KINDS", "MAX_TEXT", "code_fields", "make_line"]
 
@@ -78,6 +82,38 @@ def code_fields(code: str) -> dict[str, Any]:
     """
     data = code.encode("utf-8", "surrogatepass")
     return {"code_sha256": hashlib.sha256(data).hexdigest(), "code_bytes": len(data)}
+
+
+def execution_line(
+    who: tuple[str, str] | None,
+    session: str,
+    execution_id: str | None,
+    code: str,
+    language: str | None,
+    result: ExecutionResult | None,
+    **more: Any,
+) -> dict[str, Any]:
+    """The line of one execution, as every door records it: who (tenant and token id),
+    where, the code's hash and size, how it ended (``failed``: no result) and its cost."""
+    event: dict[str, Any] = {
+        "kind": "execution",
+        "tenant": None if who is None else who[0],
+        "token_id": None if who is None else who[1],
+        "session": session,
+        "execution_id": execution_id,
+        "language": language or "python",
+        **code_fields(code),
+        "outcome": "failed" if result is None else result.status,
+        **more,
+    }
+    if result is not None:
+        event["usage"] = result.usage
+        event["bytes_out"] = (
+            len(result.stdout.encode("utf-8", "surrogatepass"))
+            + len(result.stderr.encode("utf-8", "surrogatepass"))
+            + len(json.dumps(result.outputs).encode())
+        )
+    return event
 
 
 def make_line(event: Mapping[str, Any]) -> dict[str, Any]:

@@ -167,19 +167,21 @@ def _mcp(args: argparse.Namespace) -> int:
             max_file_bytes=int(args.max_file_mb * 1024 * 1024),
             policy=policy_from(args),
         )
+        audit = None
+        if args.audit_log is not None:
+            from .._audit import AuditLog
+
+            audit = AuditLog(args.audit_log, max_bytes=int(args.audit_max_mb * 1024 * 1024))
         if args.tenants is not None:
             from .._mcp._tenant_doors import tenant_doors
 
-            server = build_server(config, tenant_doors(config))
+            server = build_server(config, tenant_doors(config, audit))
         else:
-            server = build_server(config)
+            from .._mcp._local_door import LocalDoor
+
+            server = build_server(config, LocalDoor(config, audit=audit))
         if args.http:
             assert tenants is not None
-            audit = None
-            if args.audit_log is not None:
-                from .._audit import AuditLog
-
-                audit = AuditLog(args.audit_log, max_bytes=int(args.audit_max_mb * 1024 * 1024))
             where = f"work root {work_root}"
             _serve_http(
                 server,

@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._audit import AuditLog
-from .._server._audited import AuditRequests
+from .._server._audited import AuditRequests, audit_server, record_stop
 from .._server._auth import TenantAuth
 from .._server._serve import listen, reloader, run_until_signalled
 from .._tenants._registry import TenantRegistry
@@ -64,6 +64,7 @@ def serve_http(
             open_paths=(),
         ),
         audit=audit,
+        door="mcp",
     )
     app = _watching(app, tenants, audit)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", server_header=False)
@@ -75,6 +76,7 @@ def _watching(app: ASGIApp, tenants: TenantRegistry, audit: AuditLog | None) -> 
 
     @contextlib.asynccontextmanager
     async def watch() -> AsyncIterator[None]:
+        audit_server(audit, tenants, "mcp")
         async with anyio.create_task_group() as group:
             group.start_soon(tenants.watch)
             try:
@@ -82,6 +84,7 @@ def _watching(app: ASGIApp, tenants: TenantRegistry, audit: AuditLog | None) -> 
             finally:
                 group.cancel_scope.cancel()
         if audit is not None:
+            record_stop(audit, "mcp")
             await audit.aclose()
 
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._audit import AuditLog, execution_line
 from .._client._base import Made
 from .._exceptions import (
     CheckpointError,
@@ -14,10 +15,11 @@ from .._exceptions import (
     KernelexecError,
     KernelStartError,
 )
-from .._execution._background import Execution, start_execution
+from .._execution._background import Execution, ExecutionCancelled, start_execution
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult
 from .._remote_models import SessionInfo
+from .._server._auth import CALLER
 from .._server._checkpoints import CheckpointStore, UnknownCheckpoint
 from .._server._options import OptionError, SessionOptions, parse_options
 from .._session._async import AsyncSession
@@ -34,9 +36,15 @@ __all__ = ["LocalDoor"]
 class LocalDoor:
     """The MCP server's own sessions, in this process."""
 
-    def __init__(self, config: McpConfig, server_room: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: McpConfig,
+        server_room: Callable[[], None] | None = None,
+        audit: AuditLog | None = None,
+    ) -> None:
         self.config = config
         self.sessions = Sessions(config, server_room)
+        self.audit = audit
         # Beside the sessions' work dirs (a name never starts with "."), as the server's.
         self.store = CheckpointStore(config.work_root)
 
@@ -65,8 +73,30 @@ class LocalDoor:
         self, name: str, code: str, language: str, timeout: float | None
     ) -> ExecutionResult:
         seconds = self._seconds(timeout)
-        async with self.sessions.executing(name) as session:
-            return await session.execute(code, language=language, timeout=seconds)
+        result = None
+        try:
+            async with self.sessions.executing(name) as session:
+                result = await session.execute(code, language=language, timeout=seconds)
+        finally:
+            self._audit(name, None, code, language, result)
+        return result
+
+    def _audit(
+        self,
+        name: str,
+        execution_id: str | None,
+        code: str,
+        language: str,
+        result: ExecutionResult | None,
+    ) -> None:
+        """The audit log's line for an execution of a tool, with the caller of the tool
+        (an HTTP request's tenant; none over stdio)."""
+        if self.audit is None:
+            return
+        identity = CALLER.get()
+        who = None if identity is None else (identity.tenant.name, identity.token_id)
+        line = execution_line(who, name, execution_id, code, language, result, door="mcp")
+        self.audit.record(line)
 
     async def start(
         self, name: str, code: str, language: str, timeout: float | None
@@ -74,14 +104,25 @@ class LocalDoor:
         seconds = self._seconds(timeout)
         await self.sessions.ready(name, create=True)
 
+        made: list[Execution] = []  # the execution, for its id in the audit log
+
         async def run(listener: OutputListener) -> ExecutionResult:
             # Busy while it runs (list_sessions says so), as a call's execution is.
-            async with self.sessions.executing(name) as session:
-                return await session.execute(
-                    code, language=language, timeout=seconds, on_output=listener
-                )
+            result = None
+            try:
+                async with self.sessions.executing(name) as session:
+                    result = await session.execute(
+                        code, language=language, timeout=seconds, on_output=listener
+                    )
+            except ExecutionCancelled as exc:
+                result = exc.result
+                raise
+            finally:
+                self._audit(name, made[0].id if made else None, code, language, result)
+            return result
 
         execution = start_execution(run, code=code, language=language)
+        made.append(execution)
         return self.sessions.background(name).add(execution).to_dict()
 
     def _execution(self, name: str, execution_id: str) -> Execution:

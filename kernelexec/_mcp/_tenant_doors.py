@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, cast
 
+from .._audit import AuditLog
 from .._server._allow import policy_for
 from .._server._auth import CALLER
 from .._tenants._models import Tenant
@@ -51,8 +52,9 @@ TOOL_SCOPES = {
 class TenantDoors:
     """A ``Door`` that sends each call to its caller's tenant's own ``LocalDoor``."""
 
-    def __init__(self, config: McpConfig) -> None:
+    def __init__(self, config: McpConfig, audit: AuditLog | None = None) -> None:
         self.config = config
+        self.audit = audit
         self._doors: dict[str, LocalDoor] = {}
 
     def _door(self, call: str) -> LocalDoor:
@@ -68,7 +70,9 @@ class TenantDoors:
             )
         door = self._doors.get(tenant.name)
         if door is None:
-            door = LocalDoor(self._config_for(tenant), lambda: self._check_room(tenant.name))
+            door = LocalDoor(
+                self._config_for(tenant), lambda: self._check_room(tenant.name), self.audit
+            )
             self._doors[tenant.name] = door
         else:
             door.config = door.sessions.config = self._config_for(tenant)  # a reload's changes
@@ -113,7 +117,7 @@ class TenantDoors:
             await door.close()
 
 
-def tenant_doors(config: McpConfig) -> Door:
+def tenant_doors(config: McpConfig, audit: AuditLog | None = None) -> Door:
     """A ``TenantDoors`` as the ``Door`` it is: it forwards each of ``TOOL_SCOPES``' calls
     by name (``__getattr__``), which a type checker cannot see as the protocol's methods."""
-    return cast(Door, TenantDoors(config))
+    return cast(Door, TenantDoors(config, audit))

@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 from .._audit import AuditLog
 from .._telemetry import TraceRequests
 from .._tenants._registry import TenantRegistry
-from ._audited import AuditRequests
+from ._audited import AuditRequests, audit_server, record_stop
 from ._auth import TenantAuth
 from ._bodies import BodyLimit
 from ._config import ServerConfig
@@ -69,6 +69,7 @@ def create_app(config: ServerConfig, tenants: TenantRegistry | None = None) -> S
         # Before the first request: the sessions the records name, and no crash's leftovers.
         await state.registry.recover()
         state.registry.start_pool()
+        audit_server(audit, tenants, "http")
         loop = asyncio.get_running_loop()
         background = [
             loop.create_task(state.registry.housekeep_forever()),
@@ -83,6 +84,7 @@ def create_app(config: ServerConfig, tenants: TenantRegistry | None = None) -> S
             await state.registry.close_all()
             await asyncio.gather(*state.tasks, return_exceptions=True)
             if audit is not None:
+                record_stop(audit, "http")
                 await audit.aclose()
 
     app = Starlette(

@@ -11,25 +11,31 @@ they cost.
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._audit import AuditLog
+from .._tenants._models import TenantsConfig
+from .._tenants._registry import TenantRegistry
 from ._access import session_id_in
 from ._auth import identity_of
 
-__all__ = ["AuditRequests"]
+__all__ = ["AuditRequests", "audit_server", "record_stop"]
 
 _CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_MOST_READ = 4096  # bytes of an error's body looked at: ours are small
 
 
 class AuditRequests:
     """ASGI middleware: one audit line per POST, PUT, PATCH or DELETE, and per WebSocket."""
 
-    def __init__(self, app: ASGIApp, *, audit: AuditLog | None) -> None:
+    def __init__(self, app: ASGIApp, *, audit: AuditLog | None, door: str = "http") -> None:
         self.app = app
         self.audit = audit
+        self.door = door  # "http" (serve) or "mcp" (mcp --http)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         audit = self.audit
@@ -40,13 +46,18 @@ class AuditRequests:
             await self.app(scope, receive, send)
             return
         seen: dict[str, int] = {"status": 0, "bytes": 0}
+        refusal = bytearray()  # an error's JSON body, for its code, scope or quota
+        began = time.monotonic()
 
         async def sending(message: Message) -> None:
             kind = message["type"]
             if kind == "http.response.start":
                 seen["status"] = message["status"]
             elif kind == "http.response.body":
-                seen["bytes"] += len(message.get("body", b""))
+                body = message.get("body", b"")
+                seen["bytes"] += len(body)
+                if seen["status"] >= 400 and len(refusal) < _MOST_READ:
+                    refusal.extend(body[:_MOST_READ])
             elif kind == "websocket.accept":
                 seen["status"] = 101
             elif kind == "websocket.close" and not seen["status"]:
@@ -56,13 +67,17 @@ class AuditRequests:
         try:
             await self.app(scope, receive, sending)
         finally:
-            audit.record(_line(scope, seen))
+            line = _line(scope, seen) | _refused(bytes(refusal))
+            line |= {"door": self.door, "duration_seconds": round(time.monotonic() - began, 6)}
+            audit.record(line)
 
 
 def _line(scope: Scope, seen: dict[str, int]) -> dict[str, Any]:
     identity = identity_of(scope)
+    client = scope.get("client")
     event: dict[str, Any] = {
         "kind": "request",
+        "client": client[0] if client else None,
         "tenant": None if identity is None else identity.tenant.name,
         "token_id": None if identity is None else identity.token_id,
         "method": scope.get("method", "WEBSOCKET"),
@@ -77,7 +92,48 @@ def _line(scope: Scope, seen: dict[str, int]) -> dict[str, Any]:
     return event
 
 
+def _refused(body: bytes) -> dict[str, Any]:
+    """The error code of a refusal, and the scope or quota it names (our own fields, never
+    anything the client sent)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        key: data[key]
+        for key in ("error", "scope", "quota")
+        if isinstance(data.get(key), str) and len(data[key]) <= 64
+    }
+
+
 def _template(scope: Scope) -> str | None:
     route = scope.get("route")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else None
+
+
+def audit_server(audit: AuditLog | None, tenants: TenantRegistry, door: str) -> None:
+    """Logs the server's start, and each tenants file taken after it (``record_stop`` its
+    stop): when who may do what changed is part of who did what."""
+    if audit is None:
+        return
+    audit.record({"kind": "server", "event": "start", "door": door})
+
+    def reloaded(config: TenantsConfig) -> None:
+        audit.record(
+            {
+                "kind": "server",
+                "event": "tenants_reloaded",
+                "door": door,
+                "message": f"{len(config.tenants)} tenants from {config.source}",
+            }
+        )
+
+    tenants.on_reload = reloaded
+
+
+def record_stop(audit: AuditLog | None, door: str) -> None:
+    if audit is not None:
+        audit.record({"kind": "server", "event": "stop", "door": door})

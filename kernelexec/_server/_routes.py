@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from .._audit import AuditLog, code_fields
+from .._audit import AuditLog, execution_line
 from .._exceptions import KernelexecError, KernelStartError, QueueFullError, SessionClosedError
 from .._execution._background import Execution, ExecutionCancelled, Reservation
 from .._execution._live import OutputListener
@@ -468,26 +468,13 @@ def _audit_execution(
     result: ExecutionResult | None,
 ) -> None:
     """One line of the audit log for an execution: never its code or outputs."""
-    if state.audit is None:
-        return
-    event: dict[str, Any] = {
-        "kind": "execution",
-        "tenant": identity.tenant.name,
-        "token_id": identity.token_id,
-        "session": session_id,
-        "execution_id": execution_id,
-        "language": body.language or "python",
-        **code_fields(body.code),
-        "outcome": "failed" if result is None else result.status,
-    }
-    if result is not None:
-        event["usage"] = None if result.usage is None else result.to_dict()["usage"]
-        event["bytes_out"] = (
-            len(result.stdout.encode())
-            + len(result.stderr.encode())
-            + len(json.dumps(result.outputs).encode())
+    if state.audit is not None:
+        who = (identity.tenant.name, identity.token_id)
+        state.audit.record(
+            execution_line(
+                who, session_id, execution_id, body.code, body.language, result, door="http"
+            )
         )
-    state.audit.record(event)
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .._exceptions import ConfigurationError
@@ -85,6 +85,8 @@ class TenantRegistry:
         self._stamp = stamps  # of the files whose tenants are in force
         self._seen = stamps  # of the files last tried, read or not: tried once per change
         self.last_error: str | None = None
+        # Called (from the thread that read it) once a changed file is in force: the audit.
+        self.on_reload: Callable[[TenantsConfig], None] | None = None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> TenantRegistry:
@@ -151,6 +153,8 @@ class TenantRegistry:
         self._stamp = self._seen = _stamps_read(config, stamp)
         self.last_error = None
         log.info("tenants file %s read: %d tenants", self._path, len(config.tenants))
+        if self.on_reload is not None:
+            self.on_reload(config)
         return ReloadOutcome(reloaded=True)
 
     def refresh(self) -> ReloadOutcome:
