@@ -438,3 +438,41 @@ def test_a_tenants_kernel_reaches_neither_the_records_key_nor_the_tenants_file(p
     for path in targets:
         assert found[str(path)] in ("FileNotFoundError", "PermissionError"), found
     bob.delete(f"/sessions/{session_id}")
+
+
+@pytest.mark.parametrize("command", [["serve"], ["mcp", "--http"]])
+@pytest.mark.parametrize(
+    "mistake",
+    ["missing tenants file", "broken tenants file", "audit log in no folder", "token too"],
+)
+def test_a_wrong_tenants_start_is_one_line_and_leaves_nothing(
+    tmp_path: Path, command: list[str], mistake: str
+) -> None:
+    import subprocess
+    import sys
+
+    good = tmp_path / "tenants.toml"
+    write_tenants(good, {"alice": {}})
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[tenants.alice\n")
+    broken.chmod(0o600)
+    options = {
+        "missing tenants file": ["--tenants", str(tmp_path / "absent.toml")],
+        "broken tenants file": ["--tenants", str(broken)],
+        "audit log in no folder": ["--tenants", str(good), "--audit-log", "/absent/a.jsonl"],
+        "token too": ["--tenants", str(good), "--token", "t" * 16],
+    }[mistake]
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "KERNELEXEC_TOKEN"} | {"TMPDIR": str(temp)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelexec", *command, "--port", "0", *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "serving" not in proc.stdout + proc.stderr
+    assert list(temp.iterdir()) == []  # no work root made for it, none left behind

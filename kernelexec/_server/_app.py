@@ -43,18 +43,34 @@ def tenants_of(config: ServerConfig) -> TenantRegistry:
     return TenantRegistry.single(config.token)
 
 
-def create_app(config: ServerConfig, tenants: TenantRegistry | None = None) -> Starlette:
+def audit_of(config: ServerConfig) -> AuditLog | None:
+    """The server's audit log, opened; None without ``--audit-log``.
+
+    Raises:
+        ConfigurationError: its path is unusable (no folder, a link, not writable).
+    """
+    if config.audit_log is None:
+        return None
+    return AuditLog(config.audit_log, max_bytes=config.audit_max_bytes)
+
+
+def create_app(
+    config: ServerConfig,
+    tenants: TenantRegistry | None = None,
+    audit: AuditLog | None = None,
+) -> Starlette:
     """The server's app; its lifespan finds the sessions a restart left, suspends idle ones
-    and closes all at shutdown.
+    and closes all at shutdown (the audit log too).
+
+    ``tenants`` and ``audit`` default to those ``config`` names (``tenants_of``, ``audit_of``).
 
     Raises:
         ConfigurationError: the tenants file or the audit log's path is unusable.
     """
     kernel_names = installed_kernels()
     tenants = tenants or tenants_of(config)
-    audit = None
-    if config.audit_log is not None:
-        audit = AuditLog(config.audit_log, max_bytes=config.audit_max_bytes)
+    if audit is None:
+        audit = audit_of(config)
     state = ServerState(
         config,
         Registry(config, tenants),

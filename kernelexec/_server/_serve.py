@@ -14,7 +14,7 @@ import uvicorn
 
 from .._exceptions import ConfigurationError
 from .._tenants._registry import TenantRegistry
-from ._app import create_app, tenants_of
+from ._app import audit_of, create_app, tenants_of
 from ._config import ServerConfig
 from ._records import claim
 from ._registry import Registry
@@ -71,27 +71,33 @@ def serve(
         on_listening: called with the port once it is bound, before serving.
 
     Raises:
-        ConfigurationError: the address cannot be bound (in use, or not this machine's),
-            or another server uses the work root.
+        ConfigurationError: the tenants file or the audit log's path is unusable, the
+            address cannot be bound (in use, or not this machine's), or another server
+            uses the work root.
     """
+    # A wrong tenants file or audit log path is refused before anything is bound,
+    # written in the work root, or said to be serving.
+    tenants = tenants_of(config)
+    audit = audit_of(config)
     # Bound here, not by uvicorn, so that port 0 can be reported: a port chosen
     # free beforehand could be taken by another process before it is bound.
-    sock = listen(config.host, config.port)
+    try:
+        sock = listen(config.host, config.port)
+    except BaseException:
+        if audit is not None:
+            audit.close()
+        raise
     # One server per work root: it sweeps what a crash left there as it starts.
     try:
         lock = claim(config.work_root.expanduser())
     except BaseException:
         sock.close()
-        raise
-    try:
-        tenants = tenants_of(config)  # a wrong tenants file is refused before "serving"
-    except BaseException:
-        sock.close()
-        lock.close()
+        if audit is not None:
+            audit.close()
         raise
     if on_listening is not None:
         on_listening(sock.getsockname()[1])
-    app = create_app(config, tenants)
+    app = create_app(config, tenants, audit)
     uv_config = uvicorn.Config(
         app,
         host=config.host,
