@@ -107,6 +107,12 @@ async def test_no_tool_reaches_another_tenants_sessions(tmp_path: Path) -> None:
                 assert "alice" not in text, (tool, text)  # her file's content, her names
                 assert "666" not in text or tool == "get_notebook", (tool, text)
             assert "'fork' scope" in seen["fork_session"]
+            # The file as a resource, by Alice's session name: Bob's door has no such file.
+            try:
+                answer = str(await bob.read_resource("kernelexec://sessions/s/files/a.txt"))
+            except Exception as exc:  # the SDK raises the server's refusal
+                answer = str(exc)
+            assert "alice" not in answer
             assert checkpoint.group(0) not in seen["list_sessions"]
             assert "x" not in seen["list_variables"].split()
             # Bob's own "s" is his: his x is his.
