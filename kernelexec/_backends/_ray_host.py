@@ -1,0 +1,177 @@
+"""A Ray node's kernelexec host: the node's kernels, started and spoken to for their owners.
+
+A first cut of the node host of docs/design-ray.md, for the spike in
+tests/ray_spike_cluster.py; not yet used by any door. One ``NodeHost`` runs on
+each node as a Ray actor (made with ``ray.remote(NodeHost)`` and pinned to its
+node by the caller), and lives as long as its owner: kernels it starts are
+``LocalBackend`` kernels of this node, forked from the host's zygote once it is
+warm, so a session that lands on a warm node starts in tens of milliseconds.
+Their supervisors watch the host's process, so no kernel outlives the actor.
+
+Messages travel through the actor: ``receive`` is a long poll that answers
+with every message that has come, up to ``most``, as soon as the first has;
+each kernel's messages are already capped on this node (``_caps.py``) before
+they are decoded. The owner's side feeds them to its reducer one at a time.
+
+Not here yet (the design note says how each will be): the files API of a
+session's work dir, fork, checkpoint and restore, contained kernels' limits
+chosen by the owner, and the host's own checks on what an owner may ask.
+
+This module imports no ray: the actor's methods are plain coroutines, and the
+node's id is asked of Ray only when ``describe`` is called, in the actor.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .._environment import kernel_env
+from .._exceptions import KernelStartError
+from ._base import KernelMessage
+from ._caps import MAX_MESSAGE_BYTES
+from ._local import LocalBackend
+
+__all__ = ["NodeHost"]
+
+_MOST = 256  # messages one receive answers with at most
+
+
+class NodeHost:
+    """The kernels of one Ray node, each known by an id the host gave it.
+
+    Args:
+        root: the folder under which each kernel gets its work dir on this
+            node; None, a new temp dir (removed when the host shuts down).
+        sandbox: contain the kernels (see ``LocalBackend``); the spike
+            passes False where the node cannot.
+        zygote: fork kernels from this host's zygote (see ``LocalBackend``).
+    """
+
+    def __init__(
+        self, root: str | None = None, *, sandbox: bool | None = None, zygote: bool | None = None
+    ) -> None:
+        self._made_root = root is None
+        self._root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="kx-node-"))
+        self._sandbox = sandbox
+        self._zygote = zygote
+        self._kernels: dict[str, LocalBackend] = {}
+
+    def describe(self) -> dict[str, Any]:
+        """Where this host runs: its Ray node id, process id, host name and root."""
+        import ray  # in the actor, where ray is imported already
+
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "root": str(self._root),
+        }
+
+    async def start(
+        self,
+        *,
+        env: dict[str, str],
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        startup_timeout: float = 60.0,
+    ) -> dict[str, Any]:
+        """Starts a kernel in a new work dir of this node's; says its id, work dir, pid and time.
+
+        ``env`` is what the owner would send a remote kernel (its extras and
+        kernelexec's defaults, ``remote_env``); the rest of the kernel's
+        environment is this node's, without credentials.
+        """
+        began = time.perf_counter()
+        kernel_id = uuid.uuid4().hex
+        work_dir = self._root / kernel_id
+        work_dir.mkdir(mode=0o700)
+        backend = LocalBackend(
+            startup_timeout=startup_timeout,
+            zygote=self._zygote,
+            max_message_bytes=max_message_bytes,
+            sandbox=self._sandbox,
+        )
+        try:
+            await backend.start(cwd=work_dir, env=kernel_env(env))
+        except BaseException:
+            await backend.shutdown(now=True)
+            shutil.rmtree(work_dir, ignore_errors=True)
+            raise
+        self._kernels[kernel_id] = backend
+        return {
+            "kernel_id": kernel_id,
+            "work_dir": str(work_dir),
+            "pid": backend.pid,
+            "forked": backend.forked,
+            "seconds": time.perf_counter() - began,
+        }
+
+    async def execute(self, kernel_id: str, code: str, allow_stdin: bool) -> str:
+        return await self._kernel(kernel_id).execute(code, allow_stdin=allow_stdin)
+
+    async def request_kernel_info(self, kernel_id: str) -> str:
+        return await self._kernel(kernel_id).request_kernel_info()
+
+    async def receive(
+        self, kernel_id: str, timeout: float, most: int = _MOST
+    ) -> tuple[list[KernelMessage], bool, float]:
+        """What came within ``timeout``: the messages (all that are there once one has),
+        whether the kernel is alive, and this node's ``time.monotonic()``.
+
+        The owner's next ``is_alive`` needs no call of its own. A "dropped"
+        notice says when the drop was seen in this node's monotonic clock
+        (``_caps.dropped_notice``); the owner moves it into its own clock
+        with the time sent alongside.
+        """
+        backend = self._kernel(kernel_id)
+        first = await backend.receive(timeout)
+        messages = [] if first is None else [first]
+        while messages and len(messages) < most:
+            more = await backend.receive(0)
+            if more is None:
+                break
+            messages.append(more)
+        return messages, await backend.is_alive(), time.monotonic()
+
+    async def send_input(self, kernel_id: str, value: str) -> None:
+        await self._kernel(kernel_id).send_input(value)
+
+    async def interrupt(self, kernel_id: str) -> None:
+        await self._kernel(kernel_id).interrupt()
+
+    async def restart(self, kernel_id: str) -> None:
+        await self._kernel(kernel_id).restart()
+
+    async def is_alive(self, kernel_id: str) -> bool:
+        backend = self._kernels.get(kernel_id)
+        return backend is not None and await backend.is_alive()
+
+    def exit_reason(self, kernel_id: str) -> str | None:
+        backend = self._kernels.get(kernel_id)
+        return None if backend is None else backend.exit_reason()
+
+    async def shutdown(self, kernel_id: str) -> None:
+        """Stops the kernel and removes its work dir; safe to call twice."""
+        backend = self._kernels.pop(kernel_id, None)
+        if backend is not None:
+            await backend.shutdown()
+            shutil.rmtree(self._root / kernel_id, ignore_errors=True)
+
+    async def close(self) -> None:
+        """Stops every kernel of this host (and removes the root it made)."""
+        for kernel_id in list(self._kernels):
+            await self.shutdown(kernel_id)
+        if self._made_root:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def _kernel(self, kernel_id: str) -> LocalBackend:
+        backend = self._kernels.get(kernel_id)
+        if backend is None:
+            raise KernelStartError(f"no kernel {kernel_id} on this node (it was shut down)")
+        return backend
