@@ -305,13 +305,17 @@ def test_a_session_runs_on_each_worker_node() -> None:
         assert node["error_name"] == "ZeroDivisionError"
         assert node["transcript_cells"] == 2  # the transcript is the caller's
         assert node["kernels_left"] == []  # no kernel outlives its session
-    starts = [[round(s["seconds"] * 1000) for s in node["starts"]] for node in result["nodes"]]
+    starts = [
+        [(round(s["seconds"] * 1000), round(s["on_node"] * 1000)) for s in node["starts"]]
+        for node in result["nodes"]
+    ]
     forked = [[s["forked"] for s in node["starts"]] for node in result["nodes"]]
     trips = [node["round_trips"] for node in result["nodes"]]
     _report(
         f"sessions (ray {run.ray_version})",
         {**run.timings, "host_start": result["host_start"]},
-        f"\n  session starts (ms) per node: {starts}, forked from the zygote: {forked}"
+        f"\n  session starts per node, ms (the caller's wait, the host's part): {starts}"
+        f"\n  forked from the host's zygote: {forked}"
         f"\n  round trip of `1 + 1` (s): {trips}",
     )
 
