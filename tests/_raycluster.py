@@ -152,6 +152,9 @@ def run_in_cluster(
         **os.environ,
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_TMPDIR": str(work),
+        # And every other temp dir (node hosts' roots, kernels' sockets), removed with it
+        # even when a node's processes were killed before they could clean up.
+        "TMPDIR": str(work),
         # Every process of the cluster inherits it: Ray's workers import the scenario's module.
         "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
     }

@@ -276,6 +276,14 @@ def node_loss_scenario(info: ClusterInfo) -> dict[str, Any]:
     return seen
 
 
+def leak_scenario(info: ClusterInfo) -> dict[str, Any]:
+    """Leaves a process running in the namespace, in a session of its own, to be found."""
+    import subprocess
+
+    process = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    return {"pid": process.pid}
+
+
 # -- tests (run by pytest, outside the namespace)
 
 
@@ -290,6 +298,12 @@ def test_a_cluster_comes_up_on_loopback_alone_and_leaves_nothing() -> None:
     assert run.result["alive"] == run.result["expected"]
     assert run.result["addresses"] == [LOOPBACK]
     _report(f"cluster (ray {run.ray_version})", run.timings)
+
+
+def test_a_process_left_in_the_namespace_is_found_and_killed() -> None:
+    with pytest.raises(AssertionError, match="left in the namespace") as failed:
+        run_in_cluster("ray_spike_cluster:leak_scenario")
+    assert "sleep 600" in str(failed.value)
 
 
 def test_a_session_runs_on_each_worker_node() -> None:
