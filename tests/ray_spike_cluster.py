@@ -19,6 +19,7 @@ package, until the design note's open questions about it are settled.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
@@ -108,13 +109,26 @@ class RelayBackend:
             await self.host.interrupt.remote(self._kernel)
 
     async def restart(self) -> None:
-        await self.start(cwd=self._cwd, env=self._env)
+        if self._kernel is None:
+            await self.start(cwd=self._cwd, env=self._env)
+            return
+        self._batch.clear()
+        await self.host.restart.remote(self._kernel)  # the same work dir on the node
+        self._alive, self._reason = True, None
 
     async def shutdown(self) -> None:
         kernel, self._kernel = self._kernel, None
         self._batch.clear()
         if kernel is not None:
             await self.host.shutdown.remote(kernel)
+
+    async def ask_control(
+        self, msg_type: str, content: dict[str, Any], reply: str, timeout: float
+    ) -> dict[str, Any] | None:
+        answer: dict[str, Any] | None = await self.host.ask_control.remote(
+            self._kernel, msg_type, content, reply, timeout
+        )
+        return answer
 
     async def is_alive(self) -> bool:
         if self._kernel is None:
@@ -217,15 +231,30 @@ async def _first_session(session: AsyncSession, backend: RelayBackend) -> dict[s
         "open('made-here.txt', 'w').write('on the node')\n"
         "6 * 7"
     )
+    work_dir_on_node = backend.started["work_dir"]
     result = await session.execute(code)
     error = await session.execute("1 / 0")
     where = json.loads(result.stdout) if result.status == "ok" else {}
+    # Which signals the kernel blocks and ignores (SIGINT is bit 1 of each mask).
+    masks = await session.execute(
+        "print({l.split(':')[0]: l.split()[1] for l in open('/proc/self/status')"
+        " if l.startswith(('SigBlk', 'SigIgn'))})"
+    )
+    # A timeout interrupts the kernel on its node, and the state is kept.
+    clock = time.perf_counter()
+    slow = await session.execute("import time\nkept = 7\ntime.sleep(60)", timeout=2)
+    interrupted = time.perf_counter() - clock
+    after = await session.execute("kept * 6")
+    names = [variable.name for variable in await session.variables()]
     transcript = json.loads(session.notebook_path.read_text())
     return {
+        "timeout": [slow.status, slow.restarted, round(interrupted, 2), after.text.strip()],
+        "variables": names,
+        "signal_masks": masks.stdout.strip(),
         "status": result.status,
         "text": result.text,
         "kernel": where,
-        "work_dir_on_node": backend.started["work_dir"],
+        "work_dir_on_node": work_dir_on_node,
         "file_on_caller_side": (session.work_dir / "made-here.txt").exists(),
         "error_name": error.error.ename if error.error is not None else None,
         "transcript_cells": sum(1 for c in transcript["cells"] if c["cell_type"] == "code"),
@@ -317,7 +346,12 @@ def test_a_session_runs_on_each_worker_node() -> None:
         assert node["kernel"]["cwd"] == node["work_dir_on_node"]
         assert not node["file_on_caller_side"]  # the kernel's files are the node's
         assert node["error_name"] == "ZeroDivisionError"
-        assert node["transcript_cells"] == 2  # the transcript is the caller's
+        # The kernel can be interrupted (Ray's threads block SIGINT: not inherited) ...
+        assert not int(ast.literal_eval(node["signal_masks"])["SigBlk"], 16) & 1 << 1, node
+        # ... so a timeout interrupts it, and its state is kept.
+        assert node["timeout"][:2] == ["timeout", False] and node["timeout"][3] == "42", node
+        assert "kept" in node["variables"], node
+        assert node["transcript_cells"] == 5  # the transcript is the caller's
         assert node["kernels_left"] == []  # no kernel outlives its session
     starts = [
         [(round(s["seconds"] * 1000), round(s["on_node"] * 1000)) for s in node["starts"]]
@@ -330,7 +364,9 @@ def test_a_session_runs_on_each_worker_node() -> None:
         {**run.timings, "host_start": result["host_start"]},
         f"\n  session starts per node, ms (the caller's wait, the host's part): {starts}"
         f"\n  forked from the host's zygote: {forked}"
-        f"\n  round trip of `1 + 1` (s): {trips}",
+        f"\n  round trip of `1 + 1` (s): {trips}"
+        f"\n  a 2 s timeout (status, restarted, seconds, state after): "
+        f"{[node['timeout'] for node in result['nodes']]}",
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -88,6 +89,11 @@ class NodeHost:
         environment is this node's, without credentials.
         """
         began = time.perf_counter()
+        # Ray's worker threads block SIGINT, and a signal mask survives fork and exec:
+        # kernels (and the zygote) started from this thread would never see an
+        # interrupt, and every timeout would end in a restart. Unblocked here, in the
+        # thread that starts them, before the first one.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         kernel_id = uuid.uuid4().hex
         work_dir = self._root / kernel_id
         work_dir.mkdir(mode=0o700)
@@ -147,6 +153,12 @@ class NodeHost:
 
     async def restart(self, kernel_id: str) -> None:
         await self._kernel(kernel_id).restart()
+
+    async def ask_control(
+        self, kernel_id: str, msg_type: str, content: dict[str, Any], reply: str, timeout: float
+    ) -> dict[str, Any] | None:
+        """A request to the kernel's boot script on its control channel (variables, no cell)."""
+        return await self._kernel(kernel_id).ask_control(msg_type, content, reply, timeout)
 
     async def is_alive(self, kernel_id: str) -> bool:
         backend = self._kernels.get(kernel_id)
