@@ -50,8 +50,8 @@ class NodeHost:
     Args:
         root: the folder under which each kernel gets its work dir on this
             node; None, a new temp dir (removed when the host shuts down).
-        sandbox: contain the kernels (see ``LocalBackend``); the spike
-            passes False where the node cannot.
+        sandbox: contain the kernels (see ``LocalBackend``); None, where the
+            node can (the spike's kernels were contained).
         zygote: fork kernels from this host's zygote (see ``LocalBackend``).
     """
 
