@@ -187,10 +187,9 @@ def token_or_tenants(args: argparse.Namespace, host: str) -> tuple[str | None, b
     if args.tenants is None:
         return resolve_token(args.token, host)
     if args.token:
-        raise ConfigurationError(
-            "pass --tenants or --token (or KERNELEXEC_TOKEN), not both: with a tenants "
-            "file every token is in it (kernelexec token NAME makes one)"
-        )
+        from .._server._config import BOTH_GIVEN
+
+        raise ConfigurationError(BOTH_GIVEN)
     return None, False
 
 
