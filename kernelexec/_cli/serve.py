@@ -296,6 +296,12 @@ def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
         help="a path every session's kernel may read, such as a data folder (repeat for more)",
     )
     group.add_argument(
+        "--sandbox-gpus",
+        action="store_true",
+        help="every session's kernel may use this machine's GPUs (/dev/nvidia*, /dev/kfd, "
+        "/dev/dri/renderD*); without it a contained kernel sees none",
+    )
+    group.add_argument(
         "--allow-network",
         action="store_true",
         help='sessions may ask for a network (sandbox={"network": true}); without it, '
@@ -345,6 +351,7 @@ def sandbox_from(args: argparse.Namespace) -> Any:
     asked = (
         args.sandbox
         or args.sandbox_read
+        or args.sandbox_gpus
         or any(
             getattr(args, f"sandbox_{name}") is not None
             for name in ("memory", "processes", "open_files")
@@ -358,7 +365,7 @@ def sandbox_from(args: argparse.Namespace) -> Any:
             f"this machine cannot contain kernels ({found.why_not()}): pass --no-sandbox "
             "to run them uncontained, with all of this user's powers"
         )
-    chosen: dict[str, Any] = {"read": tuple(args.sandbox_read)}
+    chosen: dict[str, Any] = {"read": tuple(args.sandbox_read), "gpus": args.sandbox_gpus}
     try:
         if args.sandbox_memory is not None:
             chosen["memory"] = parse_memory(args.sandbox_memory)
