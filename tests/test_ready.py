@@ -14,11 +14,18 @@ from kernelexec._backends._zmq import KernelSockets
 
 
 class Questions:
-    """The kernel_info requests sent, and the requests whose idle status came back."""
+    """The kernel_info requests sent, the requests whose idle status came back, and
+    whether each question after the first was asked once the kernel had both
+    answered on shell and said it took our subscription (``iopub_welcome``)."""
 
     def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
         self.asked: list[str] = []
         self.idle: set[str] = set()
+        self.welcomed = self.replied = False
+        self.prompted: list[bool] = []  # per question after the first
 
 
 @pytest.fixture
@@ -30,13 +37,21 @@ def questions(monkeypatch: pytest.MonkeyPatch) -> Questions:
     def watched_send(self: KernelSockets, channel: str, msg_type: str, content: Any) -> str:
         msg_id = send(self, channel, msg_type, content)
         if msg_type == "kernel_info_request":
+            if seen.asked:
+                seen.prompted.append(seen.welcomed and seen.replied)
             seen.asked.append(msg_id)
         return msg_id
 
     async def watched_receive(self: KernelSockets, timeout: float) -> Any:
         item = await receive(self, timeout)
-        if item is not None and item[1]["content"].get("execution_state") == "idle":
-            seen.idle.add(item[1]["parent_header"].get("msg_id"))
+        if item is not None:
+            channel, msg = item
+            if msg["content"].get("execution_state") == "idle":
+                seen.idle.add(msg["parent_header"].get("msg_id"))
+            seen.welcomed |= msg["header"].get("msg_type") == "iopub_welcome"
+            seen.replied |= channel == "shell" and msg["header"].get("msg_type") == (
+                "kernel_info_reply"
+            )
         return item
 
     monkeypatch.setattr(KernelSockets, "send", watched_send)
@@ -49,14 +64,16 @@ async def test_a_cold_start_hears_the_answer_to_its_first_question(
 ) -> None:
     # Asked before our IOPub socket was connected, the kernel's answer (its
     # idle status) went out to nobody, and the start waited for the next
-    # question, a second later: about half of all cold starts.
+    # question, a second later: about half of all cold starts. Connected, the
+    # subscription can still reach a kernel on a busy machine after it answered:
+    # then the kernel's welcome prompts the next question at once, not a timer.
     for i in range(6):
-        questions.asked.clear()
-        questions.idle.clear()
+        questions.clear()
         async with AsyncSession(tmp_path / f"w{i}"):
             pass
         assert questions.asked, "no kernel_info request was sent"
-        assert questions.asked[0] in questions.idle, (i, len(questions.asked))
+        if questions.asked[0] not in questions.idle:
+            assert questions.prompted and questions.prompted[0], (i, len(questions.asked))
 
 
 def test_a_session_starts_without_importing_what_only_replay_needs(tmp_path: Path) -> None:

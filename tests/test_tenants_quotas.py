@@ -22,6 +22,8 @@ def quota_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             "held": {"quotas": {"live_sessions": 1, "work_dir_bytes": 50_000}},
             "queue": {"quotas": {"queued_executions": 1}},
             "burner": {"quotas": {"cpu_seconds_per_hour": CPU_QUOTA}},
+            "attacher": {"quotas": {"cpu_seconds_per_hour": CPU_QUOTA}},
+            "daemon": {"quotas": {"cpu_seconds_per_hour": CPU_QUOTA}},
             "brief": {"quotas": {"session_lifetime_seconds": 3}},
             "chatty": {"rate_limit": {"requests": 3, "per_seconds": 60}},
             "free": {},
@@ -190,3 +192,79 @@ def test_a_tenants_allow_list_replaces_the_servers_flags(tmp_path: Path) -> None
         assert plain.post("/sessions", json={"sandbox": {"network": True}}).status_code == 403
     finally:
         server.stop()
+
+
+def test_code_sent_over_the_attach_websocket_is_stopped_at_the_cpu_quota_too(
+    quota_server: Any,
+) -> None:
+    """The kernel's channels are raw protocol, around our executions: the host's CPU
+    reading still sees the loop, and interrupts it."""
+    import json
+    import uuid
+
+    import websocket
+    from _serverproc import jupyter_message
+
+    server, clients = quota_server
+    attacher = clients["attacher"]
+    session_id = attacher.post("/sessions", json={}).json()["id"]
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{server.port}/api/kernels/{uuid.UUID(hex=session_id)}/channels",
+        header=[f"Authorization: {attacher.headers['authorization']}"],
+        timeout=60,
+    )
+    try:
+        code = (
+            "import time\nt = time.process_time()\n"
+            "while time.process_time() - t < 60: pass\nprint('ran to its end')"
+        )
+        msg = jupyter_message(
+            "execute_request",
+            {
+                "code": code,
+                "silent": False,
+                "store_history": True,
+                "user_expressions": {},
+                "allow_stdin": False,
+            },
+        )
+        ws.send(json.dumps(msg))
+        reply = None
+        while reply is None:
+            frame = json.loads(ws.recv())
+            if (
+                frame["parent_header"].get("msg_id") == msg["header"]["msg_id"]
+                and frame["msg_type"] == "execute_reply"
+            ):
+                reply = frame["content"]
+    finally:
+        ws.close()
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+    refused = attacher.post(f"/sessions/{session_id}/execute", json={"code": "1"})
+    assert refused.status_code == 429 and refused.json()["quota"] == "cpu_seconds_per_hour"
+
+
+def test_a_setsid_child_burning_after_its_execution_ended_is_the_tenants_cpu(
+    quota_server: Any,
+) -> None:
+    """A child that leaves its session and outlives its execution is still in the
+    kernel's tree (a contained kernel's PID namespace), so its CPU counts."""
+    _, clients = quota_server
+    daemon = clients["daemon"]
+    session_id = daemon.post("/sessions", json={}).json()["id"]
+    started = daemon.post(
+        f"/sessions/{session_id}/execute",
+        json={
+            "code": "import subprocess, sys\n"
+            "subprocess.Popen(['setsid', sys.executable, '-c', 'while True: pass'])\n"
+            "print('started')"
+        },
+    ).json()
+    assert started["stdout"] == "started\n"
+
+    def refused() -> bool:
+        answer = daemon.post(f"/sessions/{session_id}/execute", json={"code": "1"})
+        return answer.status_code == 429 and answer.json()["quota"] == "cpu_seconds_per_hour"
+
+    assert wait_for(refused, 60)
+    assert daemon.delete(f"/sessions/{session_id}").status_code == 200  # the child with it

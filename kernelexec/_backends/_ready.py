@@ -28,10 +28,13 @@ async def await_kernel_info(
     the question waits for that: asked earlier, it is answered as soon as the
     kernel is up, but the idle status may go out before the IOPub connection
     is made and be lost, and a new question (``retry`` later) is needed.
-    Otherwise the question is asked again every ``retry`` seconds, and the
-    answer to any of them counts: a kernel slowed down by a busy machine may
-    take longer than ``retry`` to answer each, and waiting for the latest
-    only would never end.
+    Even connected, the subscription itself may reach the kernel after it
+    answered (a busy machine): a kernel that says when it takes one
+    (``iopub_welcome``, ipykernel 7), and has answered on shell with nothing
+    heard on IOPub, gets the question again at once. Otherwise the question is
+    asked again every ``retry`` seconds, and the answer to any of them counts:
+    a kernel slowed down by a busy machine may take longer than ``retry`` to
+    answer each, and waiting for the latest only would never end.
 
     Args:
         ask: sends a kernel_info request; returns its msg_id.
@@ -48,6 +51,7 @@ async def await_kernel_info(
             if time.monotonic() >= deadline:
                 return False
     asked: set[str] = set()
+    heard = welcomed = replied = False
     while time.monotonic() < deadline:
         asked.add(await ask())
         until = min(deadline, time.monotonic() + retry)
@@ -57,10 +61,19 @@ async def await_kernel_info(
                 await check()
                 continue
             channel, msg = item
-            if (
-                channel == "iopub"
-                and msg["parent_header"].get("msg_id") in asked
-                and msg["content"].get("execution_state") == "idle"
-            ):
-                return True
+            about_ours = msg["parent_header"].get("msg_id") in asked
+            if channel == "iopub" and about_ours:
+                heard = True
+                if msg["content"].get("execution_state") == "idle":
+                    return True
+            welcomed = welcomed or (
+                channel == "iopub" and msg["header"].get("msg_type") == "iopub_welcome"
+            )
+            replied = replied or (channel == "shell" and about_ours)
+            if welcomed and replied and not heard:
+                # The kernel answered before it took our subscription (ipykernel 7
+                # says when it takes one): its status went to nobody, and from now
+                # on it comes. Ask again now rather than after `retry`.
+                welcomed = replied = False
+                break
     return False

@@ -132,7 +132,9 @@ def _mcp(args: argparse.Namespace) -> int:
         if not args.server:
             made, generated = token_or_tenants(args, _HOST)
             token = made or ""
-            tenants = _tenants(args.tenants, made)
+            from .._tenants._registry import TenantRegistry
+
+            tenants = TenantRegistry.of(args.tenants, made)
     if args.server:
         from .._client import AsyncClient
         from .._mcp._remote_door import RemoteDoor
@@ -248,16 +250,6 @@ def _check_server(server: str, token: str | None) -> str:
             f"{answer.status_code}; check its log"
         )
     return token
-
-
-def _tenants(path: Path | None, token: str | None) -> Any:
-    """The ``TenantRegistry`` of ``--tenants``, or of the one token."""
-    from .._tenants._registry import TenantRegistry
-
-    if path is not None:
-        return TenantRegistry.from_file(path)
-    assert token is not None
-    return TenantRegistry.single(token)
 
 
 def _serve_http(

@@ -187,10 +187,9 @@ def token_or_tenants(args: argparse.Namespace, host: str) -> tuple[str | None, b
     if args.tenants is None:
         return resolve_token(args.token, host)
     if args.token:
-        raise ConfigurationError(
-            "pass --tenants or --token (or KERNELEXEC_TOKEN), not both: with a tenants "
-            "file every token is in it (kernelexec token NAME makes one)"
-        )
+        from .._server._config import BOTH_GIVEN
+
+        raise ConfigurationError(BOTH_GIVEN)
     return None, False
 
 
@@ -297,6 +296,12 @@ def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
         help="a path every session's kernel may read, such as a data folder (repeat for more)",
     )
     group.add_argument(
+        "--sandbox-gpus",
+        action="store_true",
+        help="every session's kernel may use this machine's GPUs (/dev/nvidia*, /dev/kfd, "
+        "/dev/dri/renderD*); without it a contained kernel sees none",
+    )
+    group.add_argument(
         "--allow-network",
         action="store_true",
         help='sessions may ask for a network (sandbox={"network": true}); without it, '
@@ -346,6 +351,7 @@ def sandbox_from(args: argparse.Namespace) -> Any:
     asked = (
         args.sandbox
         or args.sandbox_read
+        or args.sandbox_gpus
         or any(
             getattr(args, f"sandbox_{name}") is not None
             for name in ("memory", "processes", "open_files")
@@ -359,7 +365,7 @@ def sandbox_from(args: argparse.Namespace) -> Any:
             f"this machine cannot contain kernels ({found.why_not()}): pass --no-sandbox "
             "to run them uncontained, with all of this user's powers"
         )
-    chosen: dict[str, Any] = {"read": tuple(args.sandbox_read)}
+    chosen: dict[str, Any] = {"read": tuple(args.sandbox_read), "gpus": args.sandbox_gpus}
     try:
         if args.sandbox_memory is not None:
             chosen["memory"] = parse_memory(args.sandbox_memory)

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from .._kernel import MASKED
-from ._sandbox import Sandbox
+from ._sandbox import Sandbox, gpu_devices
 
 __all__ = ["containment_note"]
 
@@ -31,6 +31,14 @@ _DENIED = re.compile(
 _MISSING = re.compile(
     r"\[Errno 2\] No such file or directory: '(?P<py>[^']+)'"
     r"|(?P<sh>/[^\s:'\"]+)'?: No such file or directory"
+)
+# What torch, CuPy, JAX, numba and nvidia-smi say when no GPU can be opened.
+_NO_GPU = re.compile(
+    r"Found no NVIDIA driver|No CUDA GPUs are available|CUDA driver initialization failed|"
+    r"no CUDA-capable device|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|CUDA unknown error|"
+    r"Unable to initialize backend '(?:cuda|gpu|rocm)'|couldn't communicate with the NVIDIA driver|"
+    r"Failed to initialize NVML|CUDA_ERROR_NOT_INITIALIZED|hipErrorNoDevice|"
+    r"Unexpected error from cudaGetDeviceCount"
 )
 _NOT_PERMITTED = re.compile(r"\[Errno 1\] Operation not permitted|Operation not permitted")
 _OFFLINE = re.compile(
@@ -74,6 +82,11 @@ def containment_note(
             "This session's kernel is contained: its 127.0.0.1 is a loopback of its own, not "
             "this machine's, so this machine's services cannot be reached there; "
             "sandbox=Sandbox(network=True) shares this machine's network."
+        )
+    if not sandbox.gpus and _NO_GPU.search(text) and gpu_devices():
+        return (
+            "This session's kernel is contained without this machine's GPUs: give it "
+            "sandbox=Sandbox(gpus=True) to use them (kernelexec serve: --sandbox-gpus)."
         )
     denied = _denied_path(_DENIED, text, work_dir)
     hidden = _denied_path(_MISSING, text, work_dir)

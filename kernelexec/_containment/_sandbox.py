@@ -10,13 +10,20 @@ kernel's start sends to it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_OPEN_FILES", "DEFAULT_PROCESSES", "Sandbox", "default_memory"]
+__all__ = [
+    "DEFAULT_OPEN_FILES",
+    "DEFAULT_PROCESSES",
+    "Sandbox",
+    "default_memory",
+    "gpu_devices",
+]
 
 DEFAULT_PROCESSES = 1024  # processes and threads of the session's kernel together
 DEFAULT_OPEN_FILES = 4096  # per process
@@ -63,6 +70,9 @@ class Sandbox:
         processes: processes and threads of the kernel together (a fork bomb
             stops there). None: no limit.
         open_files: open files per process. None: this process's limit.
+        gpus: use this machine's GPUs (NVIDIA's ``/dev/nvidia*``, AMD's
+            ``/dev/kfd`` and ``/dev/dri/renderD*``). Without it a contained
+            kernel has no GPU: torch's ``cuda.is_available()`` says False.
     """
 
     read: tuple[str, ...]
@@ -71,6 +81,7 @@ class Sandbox:
     memory: int | None
     processes: int | None
     open_files: int | None
+    gpus: bool
 
     def __init__(
         self,
@@ -81,6 +92,7 @@ class Sandbox:
         memory: int | _Default | None = _DEFAULT,
         processes: int | None = DEFAULT_PROCESSES,
         open_files: int | None = DEFAULT_OPEN_FILES,
+        gpus: bool = False,
     ) -> None:
         # Written out (not the dataclass's): read and write take any paths and
         # are kept as absolute strings, and the memory default is this machine's.
@@ -92,10 +104,12 @@ class Sandbox:
             ("memory", chosen),
             ("processes", processes),
             ("open_files", open_files),
+            ("gpus", gpus),
         ):
             object.__setattr__(self, name, value)
-        if not isinstance(self.network, bool):
-            raise ValueError(f"Sandbox.network is True or False, not {self.network!r}")
+        for name in ("network", "gpus"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Sandbox.{name} is True or False, not {getattr(self, name)!r}")
         for name, least in (
             ("memory", MIN_MEMORY),
             ("processes", _MIN_PROCESSES),
@@ -117,6 +131,19 @@ class Sandbox:
     def from_dict(cls, data: dict[str, Any]) -> Sandbox:
         """The policy ``to_dict`` gave (keys left out take their defaults)."""
         return cls(**data)
+
+
+def gpu_devices(dev: str = "/dev") -> list[str]:
+    """This machine's GPU device nodes (and NVIDIA's capability folder), as a kernel opens them."""
+    found: list[str] = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(os.scandir(dev), key=lambda e: e.name):
+            if entry.name.startswith("nvidia") or entry.name == "kfd":
+                found.append(entry.path)
+    with contextlib.suppress(OSError):
+        render = os.path.join(dev, "dri")
+        found += sorted(e.path for e in os.scandir(render) if e.name.startswith("renderD"))
+    return found
 
 
 def _paths(name: str, value: Iterable[str | os.PathLike[str]] | str) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._kernel import PRIVATE_TMP
 from ._cgroups import KernelCgroups
-from ._sandbox import Sandbox, default_memory
+from ._sandbox import Sandbox, default_memory, gpu_devices
 
 __all__ = ["ContainedStart", "contained_start", "movable_to"]
 
@@ -84,6 +84,7 @@ def contained_start(
         "read": list(sandbox.read),
         "write": list(sandbox.write),
         "network": sandbox.network,
+        "devices": gpu_devices() if sandbox.gpus else [],
         "movable": [] if movable is None else [str(movable)],
         "limits": limits,
         "cgroups": cgroups.paths(),

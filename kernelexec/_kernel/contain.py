@@ -36,10 +36,12 @@ directory), the system's (``/usr``, ``/lib*``, ``/bin``, ``/sbin``, the
 files of ``/etc`` that programs read, not its secrets), ``/proc`` and
 ``/sys``, and the policy's ``read``. Writable: the work dir, the kernel's own
 directory (connection file, sockets, private temp dir), ``/dev/shm`` and the
-policy's ``write``. Devices: ``/dev/null`` and its kin, ptys.
+policy's ``write``. Devices: ``/dev/null`` and its kin, ptys, and the
+policy's ``devices`` (the GPUs', where asked for: then the kernel may also
+name its own threads, as their driver does).
 
 Policy: ``{"work_dir", "own_dir", "read": [...], "write": [...], "network":
-bool, "movable": [...], "limits": {"open_files", "processes", "data"},
+bool, "devices": [...], "movable": [...], "limits": {"open_files", "processes", "data"},
 "cgroups": [...], "shm_bytes"}``; ``movable``: a folder kept in view (not
 readable) where the work dir will be renamed to (a pool's kernel).
 
@@ -197,7 +199,10 @@ class Box:
         devices.append(f"/proc/{os.getpid()}/clear_refs")
         landlock = self._load("landlock")
         rules = [(p, landlock.READ) for p in read] + [(p, landlock.WRITE) for p in write]
-        landlock.restrict(rules + [(p, landlock.DEVICE) for p in devices])
+        rules += [(p, landlock.DEVICE) for p in devices]
+        if self.policy.get("devices"):  # the GPUs': their driver names the kernel's threads
+            rules.append((f"/proc/{os.getpid()}/task", landlock.THREAD_NAMES))
+        landlock.restrict(rules)
         self._load("seccomp").install()
 
     def masked(self) -> list[str]:
@@ -210,7 +215,7 @@ class Box:
         read = [*prepare(self._load), "/proc", "/sys", *_resolved(self.policy.get("read") or [])]
         write = [self.policy["work_dir"], self.policy["own_dir"], "/dev/shm"]
         write += self.policy.get("write") or []
-        devices = [*_DEVICES, *_PTYS]
+        devices = [*_DEVICES, *_PTYS, *(self.policy.get("devices") or [])]
         return read, _resolved(write), _resolved(devices)
 
 

@@ -65,6 +65,9 @@ WRITE = (
     | TRUNCATE
 )
 DEVICE = READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV  # /dev/null, a terminal
+# Its own threads' names (/proc/<pid>/task/<tid>/comm): NVIDIA's driver library
+# names its threads with fopen(..., "wb") and fails cuInit (error 304) if refused.
+THREAD_NAMES = READ_FILE | WRITE_FILE | TRUNCATE
 _ALL_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1}
 
 

@@ -37,10 +37,7 @@ def tenants_of(config: ServerConfig) -> TenantRegistry:
     Raises:
         ConfigurationError: the tenants file cannot be read or is wrong.
     """
-    if config.tenants is not None:
-        return TenantRegistry.from_file(config.tenants)
-    assert config.token is not None  # ServerConfig: one or the other
-    return TenantRegistry.single(config.token)
+    return TenantRegistry.of(config.tenants, config.token)
 
 
 def audit_of(config: ServerConfig) -> AuditLog | None:

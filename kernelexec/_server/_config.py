@@ -10,9 +10,13 @@ from .._exceptions import ConfigurationError
 from ._options import SessionPolicy
 from ._token import check_token
 
-__all__ = ["MIB", "ServerConfig", "is_loopback"]
+__all__ = ["BOTH_GIVEN", "MIB", "ServerConfig", "is_loopback"]
 
 MIB = 1024 * 1024
+BOTH_GIVEN = (
+    "pass --tenants or --token (or KERNELEXEC_TOKEN), not both: with a tenants file every "
+    "token is in it (kernelexec token NAME makes one)"
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -92,10 +96,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         if self.token is not None and self.tenants is not None:
-            raise ConfigurationError(
-                "pass --tenants or --token (or KERNELEXEC_TOKEN), not both: with a tenants "
-                "file every token is in it (kernelexec token NAME makes one)"
-            )
+            raise ConfigurationError(BOTH_GIVEN)
         if self.token is None and self.tenants is None:
             raise ConfigurationError("a server needs --token or --tenants")
         if self.token is not None:

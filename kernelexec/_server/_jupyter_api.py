@@ -34,7 +34,7 @@ import contextlib
 import json
 import time
 import uuid
-from typing import Any, ClassVar
+from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -42,17 +42,17 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.connect import KernelConnectionInfo
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, WebSocketRoute
+from starlette.routing import BaseRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .._backends._wire import json_frame, new_message
-from ._access import authorize, check_owner, path_session_id, sees
+from ._access import path_session_id, sees
 from ._auth import caller
 from ._bodies import CreateRequest, parse_start_kernel
 from ._errors import ApiError, JSONResponse
 from ._openapi_parts import JSON, KERNEL_ID, errors, json_answer, op, ref
 from ._registry import Entry
-from ._routes import route
+from ._routing import route, websocket_route
 
 __all__ = ["JUPYTER_ROUTES", "jupyter_paths", "jupyter_schemas"]
 
@@ -185,8 +185,6 @@ async def restart_kernel(request: Request) -> Response:
 async def channels(websocket: WebSocket) -> None:
     registry = _registry(websocket)
     try:
-        authorize(websocket, "attach")
-        check_owner(websocket, registry)  # another tenant's kernel is unknown
         entry = registry.get_live(_session_id(websocket))
     except ApiError:
         await websocket.close(code=1008)
@@ -343,12 +341,6 @@ async def _bridge(
 _KERNEL = "/api/kernels/{kernel_id}"
 
 
-class ScopedWebSocketRoute(WebSocketRoute):
-    """The channels WebSocket, with the scope it needs (checked by ``channels``)."""
-
-    scopes: ClassVar[dict[str, str | None]] = {"WEBSOCKET": "attach"}
-
-
 # Attaching is its own scope: a person (or a JupyterLab) gets a live console on
 # the kernel, with no execution recorded in the agent's transcript or results.
 JUPYTER_ROUTES: list[BaseRoute] = [
@@ -357,7 +349,7 @@ JUPYTER_ROUTES: list[BaseRoute] = [
     route(_KERNEL, GET=(get_kernel, "attach"), DELETE=(shutdown_kernel, "attach")),
     route(f"{_KERNEL}/interrupt", POST=(interrupt_kernel, "attach")),
     route(f"{_KERNEL}/restart", POST=(restart_kernel, "attach")),
-    ScopedWebSocketRoute(f"{_KERNEL}/channels", channels),
+    websocket_route(f"{_KERNEL}/channels", channels, "attach"),
 ]
 
 

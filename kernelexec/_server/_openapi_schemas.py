@@ -236,7 +236,7 @@ def schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                 "sandbox": {
                     "type": ["object", "null"],
                     "description": "the containment of its kernel in force (kernelexec.Sandbox: "
-                    "read, write, network, memory, processes, open_files); null: uncontained",
+                    "read, write, network, memory, processes, open_files, gpus); null: uncontained",
                 },
                 "message": {
                     "type": "string",

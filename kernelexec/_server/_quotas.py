@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from .._exceptions import KernelexecError
 from .._execution._models import ExecutionResult
 from .._tenants._models import Tenant
 from .._tenants._registry import TenantRegistry
@@ -44,6 +45,7 @@ log = logging.getLogger("kernelexec.server")
 HOUR = 3600.0
 BUSY_PERIOD = 0.25  # seconds between two readings while a metered tenant runs code
 IDLE_PERIOD = 2.0
+_IDLE_CPU = 0.05  # CPU seconds between two readings that an idle kernel does not reach
 
 
 def quota_exceeded(
@@ -166,6 +168,7 @@ class QuotaKeeper:
         ]
         pids = {e.id: pid for e in entries if (pid := _pid(e)) is not None}
         found = await asyncio.to_thread(tree_cpu_seconds, pids.values())
+        burning: set[str] = set()  # sessions whose kernels used CPU since the last reading
         for entry in entries:
             pid = pids[entry.id]
             if pid not in found:
@@ -175,18 +178,28 @@ class QuotaKeeper:
             delta = found[pid] - before[1] if before and before[0] == pid else found[pid]
             self._readings[entry.id] = (pid, found[pid])
             self.charge(entry.tenant, max(delta, 0.0))
+            if delta > _IDLE_CPU:
+                burning.add(entry.id)
         for gone in set(self._readings) - set(pids):
             del self._readings[gone]
         busy = False
         for entry in entries:
             tenant = self.tenant(entry.tenant)
             running = entry.execution_store.running()
-            busy = busy or bool(running)
-            if tenant is None or not running:
+            busy = busy or bool(running) or entry.id in burning
+            most = None if tenant is None else tenant.quotas.cpu_seconds_per_hour
+            if tenant is None or most is None or self.used(tenant.name) < most:
                 continue
-            most = tenant.quotas.cpu_seconds_per_hour
-            if most is not None and self.used(tenant.name) >= most:
+            if running:
                 self.stop(entry, tenant, most)
+            elif entry.id in burning:
+                # Code none of our executions runs (sent over the attach WebSocket):
+                # interrupted as a timeout would be; its state stays.
+                log.info(
+                    "interrupted session %s: tenant %r is past its CPU quota", entry.id, tenant.name
+                )
+                with contextlib.suppress(KernelexecError):
+                    await entry.session.interrupt()
         return busy
 
     def poke(self) -> None:

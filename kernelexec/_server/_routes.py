@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
 from .._audit import AuditLog, execution_line
 from .._exceptions import KernelexecError, KernelStartError, QueueFullError, SessionClosedError
@@ -19,7 +18,7 @@ from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult
 from .._tenants._registry import Identity
 from .._version import __version__
-from ._access import OPEN, authorize, check_owner, sees
+from ._access import OPEN, sees
 from ._auth import caller
 from ._bodies import (
     ExecuteRequest,
@@ -40,9 +39,10 @@ from ._files import list_files, read_notebook, write_file
 from ._paths import check_file_path, too_long
 from ._registry import Entry, Registry
 from ._results import result_json, resumed_result
+from ._routing import route
 from ._sse import OutputQueue, execution_events
 
-__all__ = ["ROUTES", "ServerState", "route"]
+__all__ = ["ROUTES", "ServerState"]
 
 T = TypeVar("T")
 _EMPTY_NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
@@ -475,40 +475,6 @@ def _audit_execution(
                 who, session_id, execution_id, body.code, body.language, result, door="http"
             )
         )
-
-
-Endpoint = Callable[[Request], Awaitable[Response]]
-Method = tuple[Endpoint, str | None]
-
-
-class ScopedRoute(Route):
-    """A route with the scope each of its methods needs (``_access``): ``scopes``."""
-
-    scopes: dict[str, str | None]
-
-
-def route(path: str, **handlers: Method) -> ScopedRoute:
-    """One route for every method on a path, so a 405's Allow header lists them all.
-
-    Each method is given as ``(handler, scope)``: the scope a token needs for
-    it (None: any token of the server; ``OPEN``: none at all). Before the
-    handler runs, the caller's scope is checked (403) and so are the ids in
-    the path (another tenant's answer 404, as unknown ones do).
-    """
-    if "GET" in handlers:
-        handlers["HEAD"] = handlers["GET"]
-
-    async def endpoint(request: Request) -> Response:
-        handler, scope = handlers[request.method]
-        request.scope["kexec.route"] = path
-        if scope != OPEN:
-            authorize(request, scope)
-            check_owner(request, _state(request).registry)
-        return await handler(request)
-
-    made = ScopedRoute(path, endpoint, methods=list(handlers))
-    made.scopes = {method: scope for method, (_, scope) in handlers.items()}
-    return made
 
 
 _SESSION = "/sessions/{session_id}"

@@ -25,21 +25,17 @@ of the logs.
 
 from __future__ import annotations
 
-import difflib
-import math
 import os
 import re
-import stat
-import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from .._exceptions import ConfigurationError
-from ._jwt import ALGORITHMS, parse_keys, require_jwt
+from ._checks import FileStamp, known_keys, nearest, positive, read_guarded, shown, toml_loads
+from ._jwt_config import jwt_settings
 from ._models import (
     ALLOWABLE,
     SCOPES,
-    JwtSettings,
     Quotas,
     RateLimit,
     Tenant,
@@ -69,16 +65,6 @@ _TOKEN_KEYS = ("id", "hash")
 _WHOLE_QUOTAS = ("live_sessions", "queued_executions", "work_dir_bytes")
 _SECONDS_QUOTAS = ("cpu_seconds_per_hour", "session_lifetime_seconds")
 _RATE_KEYS = ("requests", "per_seconds")
-_JWT_KEYS = ("keys", "audience", "issuer", "tenant_claim", "algorithms", "leeway_seconds")
-# Clocks a few seconds apart must not refuse a fresh token; minutes of leeway
-# would keep an expired one working.
-_DEFAULT_LEEWAY = 30.0
-_MAX_LEEWAY = 300.0
-_KEYS_FILE_BYTES = 1 << 20  # a JWKS of a few dozen keys is some kilobytes
-
-# What changes when the file does: its device and inode (an editor's or
-# Kubernetes' replace-by-rename), size and modification time.
-FileStamp = tuple[int, int, int, int]
 
 
 def is_tenant_name(name: str) -> bool:
@@ -114,7 +100,7 @@ def read_tenants(path: str | os.PathLike[str]) -> tuple[TenantsConfig, FileStamp
             or what it says is wrong; the message names the fix.
     """
     source = os.fspath(path)
-    data, stamp = _read_guarded(
+    data, stamp = read_guarded(
         source,
         f"tenants file {source}",
         not_file="pass a TOML file",
@@ -143,10 +129,10 @@ def parse_tenants(text: str, *, source: str = "<tenants>") -> TenantsConfig:
             its ``[jwt]`` table's keys file cannot be read or holds no key.
     """
     try:
-        data = _toml_loads(text)
+        data = toml_loads(text)
     except ValueError as exc:  # TOMLDecodeError; its message says where, not what is there
         raise ConfigurationError(f"tenants file {source} is not valid TOML: {exc}") from None
-    _known_keys(data, ("tenants", "jwt"), f"tenants file {source}", "")
+    known_keys(data, ("tenants", "jwt"), f"tenants file {source}", "")
     tenants = data.get("tenants")
     if not isinstance(tenants, dict) or not tenants:
         raise ConfigurationError(
@@ -155,7 +141,7 @@ def parse_tenants(text: str, *, source: str = "<tenants>") -> TenantsConfig:
         )
     found = tuple(_tenant(source, name, table) for name, table in tenants.items())
     _unique_tokens(source, found)
-    jwt = _jwt_settings(source, data["jwt"]) if "jwt" in data else None
+    jwt = jwt_settings(source, data["jwt"]) if "jwt" in data else None
     return TenantsConfig(tenants=found, source=source, jwt=jwt)
 
 
@@ -163,11 +149,11 @@ def _tenant(source: str, name: str, table: Any) -> Tenant:
     where = f"tenants file {source}, tenant {name!r}"
     if not is_tenant_name(name):
         raise ConfigurationError(
-            f"tenants file {source}: the tenant name {_shown(name)} is not one: use {NAME_RULE}"
+            f"tenants file {source}: the tenant name {shown(name)} is not one: use {NAME_RULE}"
         )
     if not isinstance(table, dict):
         raise ConfigurationError(f"{where}: write it as a table, [tenants.{name}]")
-    _known_keys(table, _TENANT_KEYS, where, "")
+    known_keys(table, _TENANT_KEYS, where, "")
     if "scopes" not in table:
         raise ConfigurationError(
             f"{where}: key scopes is missing: list what its tokens may do, from {', '.join(SCOPES)}"
@@ -200,7 +186,7 @@ def _names(where: str, key: str, value: Any, known: tuple[str, ...], kind: str) 
     for item in value:
         if item not in known:
             raise ConfigurationError(
-                f"{where}, key {key}: unknown {kind} {_shown(item)}{_nearest(item, known)}: "
+                f"{where}, key {key}: unknown {kind} {shown(item)}{nearest(item, known)}: "
                 f"the {kind}s are {', '.join(known)}"
             )
     return tuple(value)
@@ -218,7 +204,7 @@ def _token(where: str, index: int, entry: Any) -> TenantToken:
             "replace it with the hash line kernelexec token printed, and make a new token if "
             "this file was ever shared"
         )
-    _known_keys(entry, _TOKEN_KEYS, where, f"{key}.")
+    known_keys(entry, _TOKEN_KEYS, where, f"{key}.")
     hashed = entry.get("hash")
     if not isinstance(hashed, str):
         raise ConfigurationError(
@@ -239,7 +225,7 @@ def _token(where: str, index: int, entry: Any) -> TenantToken:
     ident = entry.get("id", token_id(hashed))
     if not isinstance(ident, str) or not _TOKEN_ID.fullmatch(ident):
         raise ConfigurationError(
-            f"{where}, key {key}.id: {_shown(ident)} is not a token id: use 1 to 64 letters, "
+            f"{where}, key {key}.id: {shown(ident)} is not a token id: use 1 to 64 letters, "
             "digits, . - and _, or leave it out to have it made from the hash"
         )
     return TenantToken(id=ident, hash=hashed)
@@ -248,15 +234,15 @@ def _token(where: str, index: int, entry: Any) -> TenantToken:
 def _quotas(where: str, table: Any) -> Quotas:
     if not isinstance(table, dict):
         raise ConfigurationError(f"{where}, key quotas: write it as a table, quotas = {{ ... }}")
-    _known_keys(table, _WHOLE_QUOTAS + _SECONDS_QUOTAS, where, "quotas.")
+    known_keys(table, _WHOLE_QUOTAS + _SECONDS_QUOTAS, where, "quotas.")
 
     def whole(key: str) -> int | None:
         if key not in table:
             return None
-        return int(_positive(where, f"quotas.{key}", table[key], whole=True))
+        return int(positive(where, f"quotas.{key}", table[key], whole=True))
 
     def seconds(key: str) -> float | None:
-        return float(_positive(where, f"quotas.{key}", table[key])) if key in table else None
+        return float(positive(where, f"quotas.{key}", table[key])) if key in table else None
 
     return Quotas(
         live_sessions=whole("live_sessions"),
@@ -273,7 +259,7 @@ def _rate_limit(where: str, table: Any) -> RateLimit:
             f"{where}, key rate_limit: write it as a table, "
             "rate_limit = { requests = 120, per_seconds = 60 }"
         )
-    _known_keys(table, _RATE_KEYS, where, "rate_limit.")
+    known_keys(table, _RATE_KEYS, where, "rate_limit.")
     for key in _RATE_KEYS:
         if key not in table:
             raise ConfigurationError(
@@ -281,159 +267,9 @@ def _rate_limit(where: str, table: Any) -> RateLimit:
                 "rate_limit = { requests = 120, per_seconds = 60 }"
             )
     return RateLimit(
-        requests=int(_positive(where, "rate_limit.requests", table["requests"], whole=True)),
-        per_seconds=float(_positive(where, "rate_limit.per_seconds", table["per_seconds"])),
+        requests=int(positive(where, "rate_limit.requests", table["requests"], whole=True)),
+        per_seconds=float(positive(where, "rate_limit.per_seconds", table["per_seconds"])),
     )
-
-
-def _jwt_settings(source: str, table: Any) -> JwtSettings:
-    where = f"tenants file {source}"
-    if not isinstance(table, dict):
-        raise ConfigurationError(
-            f'{where}, key jwt: write it as a table, [jwt], with keys = "..." and audience = "..."'
-        )
-    _known_keys(table, _JWT_KEYS, where, "jwt.")
-    require_jwt(f"{where}, [jwt]")
-    for key, what in (
-        ("keys", "the file of your identity provider's public keys (PEM or JWKS)"),
-        ("audience", "the aud your identity provider writes in tokens meant for this server"),
-    ):
-        if key not in table:
-            raise ConfigurationError(f'{where}, key jwt.{key} is missing: {key} = "...", {what}')
-    named = _text(where, "keys", table["keys"])
-    audience = table["audience"]
-    if isinstance(audience, str):
-        audience = [audience]
-    if not isinstance(audience, list) or not audience:
-        raise ConfigurationError(f'{where}, key jwt.audience: write a string, "kernelexec"')
-    audiences = tuple(_text(where, "audience", item) for item in audience)
-    issuer = _text(where, "issuer", table["issuer"]) if "issuer" in table else None
-    claim = _text(where, "tenant_claim", table.get("tenant_claim", "tenant"))
-    algorithms = _algorithms(where, table["algorithms"]) if "algorithms" in table else None
-    leeway = table.get("leeway_seconds", _DEFAULT_LEEWAY)
-    if (
-        isinstance(leeway, bool)
-        or not isinstance(leeway, (int, float))
-        or not 0 <= leeway <= _MAX_LEEWAY
-    ):
-        raise ConfigurationError(
-            f"{where}, key jwt.leeway_seconds: write a number of seconds from 0 to "
-            f"{_MAX_LEEWAY:g}, not {_shown(leeway)}"
-        )
-    path = os.path.join(os.path.dirname(source), named)  # an absolute `named` stays itself
-    shown = f"{where}, key jwt.keys: {path}"
-    data, stamp = _read_guarded(
-        path,
-        shown,
-        not_file="name a file of PEM public keys or a JWKS document",
-        writable="who could add a key and sign tokens for any tenant",
-        unreadable="correct the path (one that is not absolute is read from the tenants "
-        "file's folder), or make the file readable by the server's user",
-        limit=_KEYS_FILE_BYTES,
-    )
-    keys = parse_keys(data, where=shown, algorithms=algorithms)
-    return JwtSettings(
-        keys_file=path,
-        keys=keys,
-        audience=audiences,
-        issuer=issuer,
-        tenant_claim=claim,
-        algorithms=tuple(a for a in ALGORITHMS if any(a in key.algorithms for key in keys)),
-        leeway_seconds=float(leeway),
-        keys_stamp=stamp,
-    )
-
-
-def _text(where: str, key: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigurationError(f"{where}, key jwt.{key}: write a string, not {_shown(value)}")
-    return value
-
-
-def _algorithms(where: str, value: Any) -> tuple[str, ...]:
-    key = "key jwt.algorithms"
-    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
-        raise ConfigurationError(f'{where}, {key}: write a list of strings, ["RS256"]')
-    for name in value:
-        if name.lower() == "none":
-            raise ConfigurationError(
-                f"{where}, {key}: none means a token without a signature, which anyone can "
-                "make: remove it"
-            )
-        if name.upper().startswith("HS"):
-            raise ConfigurationError(
-                f"{where}, {key}: {name} needs a shared secret, and only public keys are "
-                "accepted (whoever read a secret could sign for any tenant): use RS256, ES256 "
-                "or EdDSA"
-            )
-        if name not in ALGORITHMS:
-            raise ConfigurationError(
-                f"{where}, {key}: unknown algorithm {_shown(name)}{_nearest(name, ALGORITHMS)}: "
-                f"the algorithms are {', '.join(ALGORITHMS)}"
-            )
-    return tuple(value)
-
-
-def _read_guarded(
-    path: str,
-    name: str,
-    *,
-    not_file: str,
-    writable: str,
-    unreadable: str,
-    limit: int | None = None,
-) -> tuple[bytes, FileStamp]:
-    """A file's bytes and stamp, refused if it is not a regular file or anyone may write it.
-
-    The stamp is of the file that was read (its descriptor's), not looked up
-    again by name. ``name`` is how messages begin; the other words say what
-    to do when the file is not a file, may be written by anyone (after
-    "who..."), or cannot be read.
-    """
-    try:
-        # Without O_NONBLOCK a FIFO given by mistake would hold the open until a writer came.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise ConfigurationError(f"{name} is not a file: {not_file}")
-            if info.st_mode & stat.S_IWOTH:
-                raise ConfigurationError(
-                    f"{name} may be written by any user, {writable}: chmod o-w {path}"
-                )
-            with open(fd, "rb", closefd=False) as file:
-                data = file.read() if limit is None else file.read(limit + 1)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise ConfigurationError(
-            f"{name} cannot be read ({exc.strerror or exc}): {unreadable}"
-        ) from None
-    if limit is not None and len(data) > limit:
-        raise ConfigurationError(f"{name} is over {limit} bytes: {not_file}")
-    return data, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-
-
-def _positive(where: str, key: str, value: Any, *, whole: bool = False) -> int | float:
-    # bool is an int to Python: `true` for a quota is a mistake, not 1. TOML has inf
-    # and nan too, and a quota of either would be no quota: leaving it out says that.
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int if whole else (int, float))
-        or not (math.isfinite(value) and value > 0)
-    ):
-        kind = "a whole number" if whole else "a number"
-        raise ConfigurationError(f"{where}, key {key}: write {kind} above 0, not {_shown(value)}")
-    return value
-
-
-def _known_keys(table: Mapping[str, Any], known: tuple[str, ...], where: str, prefix: str) -> None:
-    for key in table:
-        if key not in known:
-            raise ConfigurationError(
-                f"{where}: unknown key {prefix}{key}{_nearest(key, known)}: "
-                f"the keys there are {', '.join(known)}"
-            )
 
 
 def _unique_tokens(source: str, tenants: Iterable[Tenant]) -> None:
@@ -454,28 +290,3 @@ def _unique_tokens(source: str, tenants: Iterable[Tenant]) -> None:
                     f"{ids[token.id]!r} and {tenant.name!r}): give each token its own id"
                 )
             hashes[token.hash] = ids[token.id] = tenant.name
-
-
-def _toml_loads(text: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - tomllib came with Python 3.11; tomli is its backport
-        try:
-            import tomli as tomllib
-        except ModuleNotFoundError:
-            raise ConfigurationError(
-                "reading a tenants file needs Python 3.11 or later, or the tomli package "
-                "(pip install tomli)"
-            ) from None
-    return tomllib.loads(text)
-
-
-def _nearest(given: str, known: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(given, known, n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-def _shown(value: Any) -> str:
-    """A value for an error message, cut short: a message is one line."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -100,6 +100,18 @@ class TenantRegistry:
         return cls(config, path=path, stamp=stamp)
 
     @classmethod
+    def of(cls, path: str | os.PathLike[str] | None, token: str | None) -> TenantRegistry:
+        """A server's tenants: its tenants file's (``path``), else the one of its ``token``.
+
+        Raises:
+            ConfigurationError: the tenants file cannot be read or is wrong.
+        """
+        if path is not None:
+            return cls.from_file(path)
+        assert token is not None  # a server has one or the other (ServerConfig)
+        return cls.single(token)
+
+    @classmethod
     def single(cls, token: str) -> TenantRegistry:
         """The one tenant, with every scope, of a server started with ``--token`` alone."""
         return cls(single_tenant(token))
