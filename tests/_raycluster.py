@@ -28,7 +28,7 @@ returning something JSON can write; it runs in the driver, connected.
 An exception in it comes back as the run's ``error``, with its traceback.
 
 Run a scenario's test with a Python that has ray (``pip install -e '.[ray]'``),
-as root: ``python -m pytest tests/ray_spike_cluster.py``.
+as root: ``python -m pytest tests/test_ray.py``.
 """
 
 from __future__ import annotations
@@ -57,6 +57,11 @@ __all__ = ["ClusterInfo", "ClusterRun", "ray_unavailable", "run_in_cluster"]
 
 HERE = Path(__file__).resolve().parent
 LOOPBACK = "127.0.0.1"
+# What each worker node has, in turn: the second has a resource and a label the first lacks.
+WORKER_NODES: list[dict[str, Any]] = [
+    {"num_cpus": 2, "labels": {"zone": "a"}},
+    {"num_cpus": 2, "resources": {"special": 1}, "labels": {"zone": "b"}},
+]
 # Ray's smallest object store is 75 MiB; the nodes hold small values only.
 _OBJECT_STORE_BYTES = 80 * 2**20
 # What a leak is given to end on its own once the cluster has stopped (a
@@ -309,7 +314,10 @@ def _in_cluster(args: argparse.Namespace, answer: dict[str, Any]) -> None:
     try:
         timings["head"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        workers = [cluster.add_node(**node, num_cpus=1) for _ in range(args.workers)]
+        workers = [
+            cluster.add_node(**node, **WORKER_NODES[index % len(WORKER_NODES)])
+            for index in range(args.workers)
+        ]
         cluster.wait_for_nodes()
         timings["workers"] = time.perf_counter() - clock
         clock = time.perf_counter()

@@ -88,8 +88,6 @@ NOT_PACKAGES = {
     "tool": "a module test_checkpoint.py writes into the work dir",
     "tomli": "tomllib's backport, imported only before Python 3.11",
     "setuptools": "a setup.py pip runs in its own build environment",
-    # Until the Ray tests join the default run, ray comes with the ray extra, not test.
-    "ray": "the ray extra's: tests/ray_spike_*.py and tests/_raycluster.py, run by hand",
     "torch": "gpu_check.py's kernels, on a GPU machine by hand (CI has no GPU)",
 }
 

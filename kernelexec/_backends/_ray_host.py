@@ -1,9 +1,8 @@
 """A Ray node's kernelexec host: the node's kernels, started and spoken to for their owners.
 
-A first cut of the node host of docs/design-ray.md, for the spike in
-tests/ray_spike_cluster.py; not yet used by any door. One ``NodeHost`` runs on
-each node as a Ray actor (made with ``ray.remote(NodeHost)`` and pinned to its
-node by the caller), and lives as long as its owner: kernels it starts are
+The node side of ``RayBackend`` (``_ray.py``; docs/design-ray.md). One
+``NodeHost`` runs on each node a caller uses, as a Ray actor the caller makes
+and pins to the node, and lives as long as its owner: kernels it starts are
 ``LocalBackend`` kernels of this node, forked from the host's zygote once it is
 warm, so a session that lands on a warm node starts in tens of milliseconds.
 Their supervisors watch the host's process, so no kernel outlives the actor.
@@ -14,8 +13,7 @@ each kernel's messages are already capped on this node (``_caps.py``) before
 they are decoded. The owner's side feeds them to its reducer one at a time.
 
 Not here yet (the design note says how each will be): the files API of a
-session's work dir, fork, checkpoint and restore, contained kernels' limits
-chosen by the owner, and the host's own checks on what an owner may ask.
+session's work dir, fork, checkpoint and restore.
 
 This module imports no ray: the actor's methods are plain coroutines, and the
 node's id is asked of Ray only when ``describe`` is called, in the actor.
@@ -33,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .._containment._sandbox import Sandbox
 from .._environment import kernel_env
 from .._exceptions import KernelStartError
 from ._base import KernelMessage
@@ -50,26 +49,22 @@ class NodeHost:
     Args:
         root: the folder under which each kernel gets its work dir on this
             node; None, a new temp dir (removed when the host shuts down).
-        sandbox: contain the kernels (see ``LocalBackend``); None, where the
-            node can (the spike's kernels were contained).
         zygote: fork kernels from this host's zygote (see ``LocalBackend``).
     """
 
-    def __init__(
-        self, root: str | None = None, *, sandbox: bool | None = None, zygote: bool | None = None
-    ) -> None:
+    def __init__(self, root: str | None = None, *, zygote: bool | None = None) -> None:
         self._made_root = root is None
         self._root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="kx-node-"))
-        self._sandbox = sandbox
         self._zygote = zygote
         self._kernels: dict[str, LocalBackend] = {}
 
     def describe(self) -> dict[str, Any]:
-        """Where this host runs: its Ray node id, process id, host name and root."""
+        """Where this host runs: its Ray node id and address, process id, host name and root."""
         import ray  # in the actor, where ray is imported already
 
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
+            "address": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "hostname": socket.gethostname(),
             "root": str(self._root),
@@ -81,12 +76,16 @@ class NodeHost:
         env: dict[str, str],
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         startup_timeout: float = 60.0,
+        sandbox: dict[str, Any] | bool | None = None,
     ) -> dict[str, Any]:
         """Starts a kernel in a new work dir of this node's; says its id, work dir, pid and time.
 
         ``env`` is what the owner would send a remote kernel (its extras and
         kernelexec's defaults, ``remote_env``); the rest of the kernel's
-        environment is this node's, without credentials.
+        environment is this node's, without credentials. ``sandbox`` is the
+        owner's containment: a ``Sandbox.to_dict()``, True, False, or None
+        (contained where this node can); a node that cannot give it refuses
+        the start, saying what it lacks.
         """
         began = time.perf_counter()
         # Ray's worker threads block SIGINT, and a signal mask survives fork and exec:
@@ -101,7 +100,7 @@ class NodeHost:
             startup_timeout=startup_timeout,
             zygote=self._zygote,
             max_message_bytes=max_message_bytes,
-            sandbox=self._sandbox,
+            sandbox=Sandbox.from_dict(sandbox) if isinstance(sandbox, dict) else sandbox,
         )
         try:
             await backend.start(cwd=work_dir, env=kernel_env(env))
@@ -115,6 +114,7 @@ class NodeHost:
             "work_dir": str(work_dir),
             "pid": backend.pid,
             "forked": backend.forked,
+            "sandbox": None if backend.sandbox is None else backend.sandbox.to_dict(),
             "seconds": time.perf_counter() - began,
         }
 

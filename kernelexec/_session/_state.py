@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._backends import DockerBackend, LocalBackend
+from .._backends import DockerBackend, LocalBackend, RayBackend
 from .._exceptions import (
     CheckpointError,
     ConfigurationError,
@@ -50,6 +50,15 @@ def kernel_dir(session: AsyncSession) -> str:
     return "/workspace" if isinstance(session._backend, DockerBackend) else str(session.work_dir)
 
 
+def check_checkpointable(session: AsyncSession) -> None:
+    """Refuses, saying why, a checkpoint of a kernel whose files this machine cannot reach."""
+    if isinstance(session._backend, RayBackend):
+        raise CheckpointError(
+            "a kernel on a Ray cluster cannot be checkpointed, forked or restarted keeping its "
+            "state yet: its files are on its node (docs/design-ray.md says how it will be)"
+        )
+
+
 async def checkpoint_now(
     session: AsyncSession,
     path: str | Path | None,
@@ -60,6 +69,7 @@ async def checkpoint_now(
     max_bytes: int | None = None,
 ) -> Checkpoint:
     """Checkpoints the session's kernel (and files); the session's lock is held."""
+    check_checkpointable(session)
     return await _checkpoint.take(
         session._backend,
         work_dir=session.work_dir,
@@ -100,6 +110,7 @@ async def fork_session(
             f"method={method!r}: use one of {', '.join(repr(m) for m in FORK_METHODS)}"
         )
     parent._check_open()
+    check_checkpointable(parent)
     if method == "process" and not getattr(parent._backend, "forks_as_process", False):
         raise ConfigurationError(
             f"a {type(parent._backend).__name__} kernel cannot be forked as a process; "
