@@ -135,6 +135,21 @@ def test_a_killed_driver_takes_its_kernels_with_it(record: dict[str, Any]) -> No
     assert got["after"] == {"host": False, "kernel": False}, got
 
 
+def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> None:
+    got = part(record, "serve")
+    workers = record["workers"]
+    assert got["stdout"] == "42" and got["node"]["node_id"] == workers[1], got
+    assert got["options"]["ray"] == {"labels": {"zone": "b"}, "num_cpus": 1.0}, got
+    assert got["sandbox"] is not None, got  # contained on its node, as a local one
+    assert got["plain_node"]["node_id"] in workers, got  # no ray option: on the cluster too
+    refused = got["refused"]
+    assert refused["too_many_cpus"][0] == 422 and "--ray-max-cpus" in refused["too_many_cpus"][1]
+    assert refused["unknown_key"][0] == 422 and "cpus" in refused["unknown_key"][1], refused
+    assert refused["docker"][0] in (403, 422), refused
+    assert got["fork"][0] in (409, 422) and "Ray cluster" in got["fork"][1], got
+    assert got["stopped"] == 0, got
+
+
 def test_a_lost_node_is_an_answer_within_seconds_and_the_next_run_moves(
     record: dict[str, Any],
 ) -> None:
@@ -177,6 +192,7 @@ def cluster_scenario(info: ClusterInfo) -> dict[str, Any]:
         ("placement", lambda: placement(root / "placement", info)),
         ("hostile", lambda: hostile(root / "hostile", info)),
         ("ownership", lambda: ownership(root / "ownership", info)),
+        ("serve", lambda: serve(root / "serve", info)),
         ("loss", lambda: loss(root / "loss", info)),
         ("frozen", lambda: frozen(root / "frozen", info)),
     ]
@@ -354,6 +370,38 @@ async def ownership(root: Path, info: ClusterInfo) -> dict[str, Any]:
     finally:
         if owner.poll() is None:
             owner.kill()
+    return got
+
+
+async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    """``kernelexec serve --ray``: a server, a driver of its own, whose sessions run on nodes."""
+    from _serverproc import ServerProcess
+
+    got: dict[str, Any] = {}
+    server = await asyncio.to_thread(
+        ServerProcess, root, "--ray", info.address, "--ray-max-cpus", "2"
+    )
+    try:
+        made = await asyncio.to_thread(server.create, ray={"labels": {"zone": "b"}})
+        ran = await asyncio.to_thread(server.execute, made, "import os\nprint(6 * 7)")
+        state = await asyncio.to_thread(server.state, made)
+        got["stdout"], got["node"] = ran["stdout"].strip(), state["node"]
+        got["options"], got["sandbox"] = state["options"], state["sandbox"]
+        plain = await asyncio.to_thread(server.create)  # no ray option: the cluster still
+        got["plain_node"] = (await asyncio.to_thread(server.state, plain))["node"]
+        refused = {}
+        for name, body in (
+            ("too_many_cpus", {"ray": {"num_cpus": 3}}),
+            ("unknown_key", {"ray": {"cpus": 1}}),
+            ("docker", {"docker": {}}),
+        ):
+            answer = await asyncio.to_thread(server.http.post, "/sessions", json=body)
+            refused[name] = [answer.status_code, answer.json().get("message", "")]
+        got["refused"] = refused
+        fork = await asyncio.to_thread(server.http.post, f"/sessions/{made}/fork", json={})
+        got["fork"] = [fork.status_code, fork.json().get("message", "")]
+    finally:
+        got["stopped"] = await asyncio.to_thread(server.stop)
     return got
 
 

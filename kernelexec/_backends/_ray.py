@@ -25,6 +25,7 @@ without the ``ray`` extra.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 from collections import deque
@@ -38,7 +39,7 @@ from .._exceptions import ConfigurationError, KernelStartError
 from ._base import KernelMessage
 from ._caps import DROPPED, MAX_MESSAGE_BYTES
 
-__all__ = ["RayBackend"]
+__all__ = ["RayBackend", "join"]
 
 # A poll's answer says whether the kernel lives; trusted for this long after.
 _ALIVE_FOR = 1.0
@@ -142,7 +143,7 @@ class RayBackend:
         await self.shutdown()
         self._cwd, self._env = cwd, env  # the caller's work dir: the kernel's is on its node
         self._lost = self._reason = None
-        ray = await asyncio.to_thread(_joined, self.address)
+        ray = await asyncio.to_thread(join, self.address)
         self._group = await self._reserve(ray)
         try:
             node_id = ray.util.placement_group_table(self._group)["bundles_to_node_id"][0]
@@ -366,24 +367,42 @@ def _bundle(
     return bundle
 
 
-def _joined(address: str | None) -> Any:
-    """ray, with this process joined to a cluster (the one it joined, if it has)."""
+def join(address: str | None) -> Any:
+    """ray, with this process joined to the cluster at ``address`` (or the one it joined).
+
+    A ``host:port`` that takes no connection is refused at once: Ray itself
+    would keep trying for minutes.
+
+    Raises:
+        ConfigurationError: ray is not installed.
+        KernelStartError: the cluster cannot be reached.
+    """
     try:
         import ray
     except ImportError:
         raise ConfigurationError("RayBackend needs ray: pip install 'kernelexec[ray]'") from None
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return ray
+    where = address or "auto"
+    host, _, port = where.rpartition(":")
+    if host and port.isdigit() and "://" not in where:
         try:
-            ray.init(
-                address=address or "auto",
-                log_to_driver=False,
-                configure_logging=False,
-                include_dashboard=False,
-            )
-        except (ConnectionError, ValueError, RuntimeError) as exc:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
             raise KernelStartError(
-                f"could not join the Ray cluster at {address or 'auto'}: {_first_line(exc)}"
+                f"could not reach the Ray cluster's GCS at {where}: {exc.strerror or exc}"
             ) from None
+    try:
+        ray.init(
+            address=where,
+            log_to_driver=False,
+            configure_logging=False,
+            include_dashboard=False,
+        )
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise KernelStartError(
+            f"could not join the Ray cluster at {where}: {_first_line(exc)}"
+        ) from None
     return ray
 
 
