@@ -39,7 +39,6 @@ import importlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _pids import end_netns
 from _readme_shell import loopback_up
 
 __all__ = ["ClusterInfo", "ClusterRun", "ray_unavailable", "run_in_cluster"]
@@ -181,7 +181,7 @@ def run_in_cluster(
             except subprocess.TimeoutExpired:
                 timed_out = True  # the namespace's processes, the script's too, are killed below
             finally:  # an interrupted test too leaves nothing running
-                leaked = _end_namespace(namespace, exclude=())
+                leaked = end_netns(namespace, exclude=(), grace=_GRACE)
             script.wait(timeout=30)
         log_tail = _tail(log_path)
         if not answer_path.exists():
@@ -243,41 +243,6 @@ def _held_namespace(script: subprocess.Popen[bytes], outer: str) -> Iterator[os.
         yield os.fstat(fd)
     finally:
         os.close(fd)
-
-
-def _members(namespace: os.stat_result, exclude: tuple[int, ...]) -> dict[int, str]:
-    """The processes in ``namespace`` now, but ``exclude``: pid to command line."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in exclude:
-            continue
-        try:
-            here = os.stat(f"/proc/{entry}/ns/net")
-            if (here.st_dev, here.st_ino) != (namespace.st_dev, namespace.st_ino):
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                found[int(entry)] = handle.read(300).replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
-            continue  # ended meanwhile
-    return found
-
-
-def _end_namespace(namespace: os.stat_result, exclude: tuple[int, ...]) -> list[str]:
-    """Waits ``_GRACE`` for the namespace to empty, kills what is left by pid; those it killed.
-
-    Every pid signalled was in the namespace when looked at, and the namespace
-    is held open, so the pid is one this run made (or a zombie of one, which
-    a signal does nothing to).
-    """
-    deadline = time.monotonic() + _GRACE
-    while (left := _members(namespace, exclude)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    killed = []
-    for pid, command in left.items():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(f"{pid}: {command.strip()}")
-    return killed
 
 
 # -- the script's side, inside the namespace
@@ -367,7 +332,7 @@ def _main() -> int:
     finally:
         clock = time.perf_counter()
         namespace = os.stat("/proc/self/ns/net")
-        answer["leaked"] = _end_namespace(namespace, exclude=(os.getpid(),))
+        answer["leaked"] = end_netns(namespace, exclude=(os.getpid(),), grace=_GRACE)
         answer["timings"]["teardown"] = answer["timings"].get("teardown", 0.0) + (
             time.perf_counter() - clock
         )

@@ -67,9 +67,7 @@ def _start(command: str, *args: str, work: Path) -> subprocess.CompletedProcess[
 
 
 @pytest.mark.parametrize("command", ["serve", "mcp"])
-def test_an_unreachable_cluster_stops_the_start_with_one_line(
-    command: str, tmp_path: Path
-) -> None:
+def test_an_unreachable_cluster_stops_the_start_with_one_line(command: str, tmp_path: Path) -> None:
     closed = f"127.0.0.1:{free_port()}"  # nothing listens there
     extra = ["--port", "0"] if command == "serve" else []
     done = _start(command, "--ray", closed, *extra, work=tmp_path / "root")

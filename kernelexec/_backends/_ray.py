@@ -392,12 +392,16 @@ def join(address: str | None) -> Any:
             raise KernelStartError(
                 f"could not reach the Ray cluster's GCS at {where}: {exc.strerror or exc}"
             ) from None
+    # A cluster on this machine's loopback: this driver is there too (else Ray finds
+    # its address by trying to reach a public resolver).
+    loopback = host in ("localhost", "::1") or host.startswith("127.")
     try:
         ray.init(
             address=where,
             log_to_driver=False,
             configure_logging=False,
             include_dashboard=False,
+            **({"_node_ip_address": "127.0.0.1"} if loopback else {}),
         )
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise KernelStartError(
