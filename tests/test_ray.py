@@ -102,7 +102,7 @@ def test_a_session_on_a_worker_node_does_what_a_local_one_does(record: dict[str,
     assert got["kernel_cwd"] != got["caller_dir"] and not got["made_on_caller"], got
     for call in ("checkpoint", "fork"):
         refused = got[f"{call}_refused"]
-        assert refused[0] == "CheckpointError" and "Ray cluster" in refused[1], refused
+        assert refused[0] == "CheckpointError" and "shared_work_dirs=True" in refused[1], refused
 
 
 def test_ray_places_each_session_by_what_it_holds(record: dict[str, Any]) -> None:
@@ -135,6 +135,19 @@ def test_a_killed_driver_takes_its_kernels_with_it(record: dict[str, Any]) -> No
     assert got["after"] == {"host": False, "kernel": False}, got
 
 
+def test_with_shared_work_dirs_checkpoint_fork_and_restore_work_on_any_node(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "shared")
+    assert got["cwd_is_callers"] and got["file_on_caller"] == "from the kernel", got
+    assert got["restored"] == "42", got
+    parent_node, restored_node = got["restored_moved"]
+    assert parent_node == got["zones"]["a"] and restored_node == got["zones"]["b"], got
+    assert got["fork"] == ["42", "41", "checkpoint", True] and got["fork_file"], got
+    assert "w.txt" in got["server_files"] and got["server_fork"] == 201, got
+    assert got["server_stopped"] == 0, got
+
+
 def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> None:
     got = part(record, "serve")
     workers = record["workers"]
@@ -146,7 +159,7 @@ def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> 
     assert refused["too_many_cpus"][0] == 422 and "--ray-max-cpus" in refused["too_many_cpus"][1]
     assert refused["unknown_key"][0] == 422 and "cpus" in refused["unknown_key"][1], refused
     assert refused["docker"][0] in (403, 422), refused
-    assert got["fork"][0] in (409, 422) and "Ray cluster" in got["fork"][1], got
+    assert got["fork"][0] in (409, 422) and "--ray-shared-work-root" in got["fork"][1], got
     assert got["stopped"] == 0, got
 
 
@@ -192,6 +205,7 @@ def cluster_scenario(info: ClusterInfo) -> dict[str, Any]:
         ("placement", lambda: placement(root / "placement", info)),
         ("hostile", lambda: hostile(root / "hostile", info)),
         ("ownership", lambda: ownership(root / "ownership", info)),
+        ("shared", lambda: shared(root / "shared", info)),
         ("serve", lambda: serve(root / "serve", info)),
         ("loss", lambda: loss(root / "loss", info)),
         ("frozen", lambda: frozen(root / "frozen", info)),
@@ -370,6 +384,52 @@ async def ownership(root: Path, info: ClusterInfo) -> dict[str, Any]:
     finally:
         if owner.poll() is None:
             owner.kill()
+    return got
+
+
+async def shared(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    """Work dirs on storage every node mounts (here: the one machine's): the kernel runs in
+    the caller's work dir, so checkpoint, fork and restore work, on any node."""
+    from _serverproc import ServerProcess
+
+    got: dict[str, Any] = {}
+    zone = {"a": info.workers[0], "b": info.workers[1]}
+    parent_backend = RayBackend(shared_work_dirs=True, labels={"zone": "a"})
+    async with AsyncSession(root / "parent", backend=parent_backend) as parent:
+        made = await parent.execute(
+            "import os\nx = 41\nopen('k.txt', 'w').write('from the kernel')\nprint(os.getcwd())"
+        )
+        got["cwd_is_callers"] = made.stdout.strip() == str((root / "parent").resolve())
+        got["file_on_caller"] = (root / "parent" / "k.txt").read_text()
+        checkpoint = await parent.checkpoint()
+        elsewhere = RayBackend(shared_work_dirs=True, labels={"zone": "b"})
+        restored = await AsyncSession.restore(checkpoint, root / "restored", backend=elsewhere)
+        async with restored:
+            got["restored"] = (await restored.execute("print(x + 1)")).stdout.strip()
+            got["restored_moved"] = [parent_backend.node["node_id"], elsewhere.node["node_id"]]
+        async with await parent.fork(root / "fork") as child:
+            child_backend = child._backend
+            assert isinstance(child_backend, RayBackend)
+            got["fork"] = [
+                (await child.execute("x += 1\nprint(x)")).stdout.strip(),
+                (await parent.execute("print(x)")).stdout.strip(),
+                child.fork_report.method if child.fork_report else None,
+                child_backend.node["node_id"] in zone.values(),
+            ]
+            got["fork_file"] = (root / "fork" / "k.txt").exists()
+    got["zones"] = zone
+    server = await asyncio.to_thread(
+        ServerProcess, root / "server", "--ray", info.address, "--ray-shared-work-root"
+    )
+    try:
+        made_id = await asyncio.to_thread(server.create)
+        await asyncio.to_thread(server.execute, made_id, "open('w.txt', 'w').write('hi')")
+        listed = await asyncio.to_thread(server.http.get, f"/sessions/{made_id}/files")
+        got["server_files"] = [f["path"] for f in listed.json().get("files", [])]
+        forked = await asyncio.to_thread(server.http.post, f"/sessions/{made_id}/fork", json={})
+        got["server_fork"] = forked.status_code
+    finally:
+        got["server_stopped"] = await asyncio.to_thread(server.stop)
     return got
 
 

@@ -74,6 +74,11 @@ class RayBackend:
             to answer.
         lost_after: seconds a node host may leave a call unanswered, past the
             call's own wait, before its node counts as lost.
+        shared_work_dirs: the session's work dir is on storage every node
+            mounts at the same path (NFS, CephFS, a cloud file system): the
+            kernel runs in it, so its files, checkpoints, forks and restores
+            (on any node) work as locally. Without it, the kernel's folder is
+            its node's own, and those refuse with ``CheckpointError``.
     """
 
     forks_as_process = False
@@ -92,6 +97,7 @@ class RayBackend:
         zygote: bool | None = None,
         startup_timeout: float = 60.0,
         lost_after: float = 5.0,
+        shared_work_dirs: bool = False,
     ) -> None:
         self.address = address
         self._settings: dict[str, Any] = {
@@ -104,7 +110,9 @@ class RayBackend:
             "zygote": zygote,
             "startup_timeout": startup_timeout,
             "lost_after": lost_after,
+            "shared_work_dirs": shared_work_dirs,
         }
+        self.shared_work_dirs = bool(shared_work_dirs)
         self.bundle = _bundle(num_cpus, memory, num_gpus, resources)
         self.labels = dict(labels or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()):
@@ -141,7 +149,8 @@ class RayBackend:
 
     async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
         await self.shutdown()
-        self._cwd, self._env = cwd, env  # the caller's work dir: the kernel's is on its node
+        # The caller's work dir: the kernel's own is on its node, unless shared.
+        self._cwd, self._env = cwd, env
         self._lost = self._reason = None
         ray = await asyncio.to_thread(join, self.address)
         self._group = await self._reserve(ray)
@@ -155,6 +164,7 @@ class RayBackend:
                     max_message_bytes=self.max_message_bytes,
                     startup_timeout=self.startup_timeout,
                     sandbox=sandbox.to_dict() if isinstance(sandbox, Sandbox) else sandbox,
+                    work_dir=str(cwd.resolve()) if self.shared_work_dirs else None,
                 ),
                 self.startup_timeout + self.lost_after,
             )
@@ -395,13 +405,14 @@ def join(address: str | None) -> Any:
     # A cluster on this machine's loopback: this driver is there too (else Ray finds
     # its address by trying to reach a public resolver).
     loopback = host in ("localhost", "::1") or host.startswith("127.")
+    here: dict[str, Any] = {"_node_ip_address": "127.0.0.1"} if loopback else {}
     try:
         ray.init(
             address=where,
             log_to_driver=False,
             configure_logging=False,
             include_dashboard=False,
-            **({"_node_ip_address": "127.0.0.1"} if loopback else {}),
+            **here,
         )
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise KernelStartError(

@@ -57,6 +57,8 @@ class NodeHost:
         self._root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="kx-node-"))
         self._zygote = zygote
         self._kernels: dict[str, LocalBackend] = {}
+        self._cwds: dict[str, Path] = {}
+        self._shared: set[str] = set()  # kernels in their owners' work dirs: never removed
 
     def describe(self) -> dict[str, Any]:
         """Where this host runs: its Ray node id and address, process id, host name and root."""
@@ -77,8 +79,13 @@ class NodeHost:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         startup_timeout: float = 60.0,
         sandbox: dict[str, Any] | bool | None = None,
+        work_dir: str | None = None,
     ) -> dict[str, Any]:
         """Starts a kernel in a new work dir of this node's; says its id, work dir, pid and time.
+
+        ``work_dir``: the owner's own work dir instead, on storage every node
+        mounts at the same path (``RayBackend(shared_work_dirs=True)``); it
+        must be an existing folder here, and is the owner's to keep.
 
         ``env`` is what the owner would send a remote kernel (its extras and
         kernelexec's defaults, ``remote_env``); the rest of the kernel's
@@ -94,8 +101,17 @@ class NodeHost:
         # thread that starts them, before the first one.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         kernel_id = uuid.uuid4().hex
-        work_dir = self._root / kernel_id
-        work_dir.mkdir(mode=0o700)
+        if work_dir is None:
+            cwd = self._root / kernel_id
+            cwd.mkdir(mode=0o700)
+        else:
+            cwd = Path(work_dir)
+            if not cwd.is_absolute() or not cwd.is_dir():
+                raise KernelStartError(
+                    f"the work dir {work_dir} is not a folder on this node: a shared work dir "
+                    "must be mounted at the same path on every node"
+                )
+            self._shared.add(kernel_id)
         backend = LocalBackend(
             startup_timeout=startup_timeout,
             zygote=self._zygote,
@@ -103,15 +119,16 @@ class NodeHost:
             sandbox=Sandbox.from_dict(sandbox) if isinstance(sandbox, dict) else sandbox,
         )
         try:
-            await backend.start(cwd=work_dir, env=kernel_env(env))
+            await backend.start(cwd=cwd, env=kernel_env(env))
         except BaseException:
             await backend.shutdown(now=True)
-            shutil.rmtree(work_dir, ignore_errors=True)
+            self._remove(kernel_id, cwd)
             raise
         self._kernels[kernel_id] = backend
+        self._cwds[kernel_id] = cwd
         return {
             "kernel_id": kernel_id,
-            "work_dir": str(work_dir),
+            "work_dir": str(cwd),
             "pid": backend.pid,
             "forked": backend.forked,
             "sandbox": None if backend.sandbox is None else backend.sandbox.to_dict(),
@@ -169,11 +186,17 @@ class NodeHost:
         return None if backend is None else backend.exit_reason()
 
     async def shutdown(self, kernel_id: str) -> None:
-        """Stops the kernel and removes its work dir; safe to call twice."""
+        """Stops the kernel and removes the work dir it made; safe to call twice."""
         backend = self._kernels.pop(kernel_id, None)
         if backend is not None:
             await backend.shutdown()
-            shutil.rmtree(self._root / kernel_id, ignore_errors=True)
+            self._remove(kernel_id, self._cwds.pop(kernel_id, None))
+
+    def _remove(self, kernel_id: str, cwd: Path | None) -> None:
+        if kernel_id in self._shared:
+            self._shared.discard(kernel_id)
+        elif cwd is not None:
+            shutil.rmtree(cwd, ignore_errors=True)
 
     async def close(self) -> None:
         """Stops every kernel of this host (and removes the root it made)."""

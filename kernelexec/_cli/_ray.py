@@ -36,6 +36,12 @@ def add_ray_options(group: Any) -> None:
         help="the most GPUs a session may hold on the cluster (default 0: none)",
     )
     group.add_argument(
+        "--ray-shared-work-root",
+        action="store_true",
+        help="the work root is on storage every node mounts at the same path: kernels run in "
+        "their sessions' work dirs, so files, fork, checkpoints and suspend work on the cluster",
+    )
+    group.add_argument(
         "--ray-max-memory",
         default=None,
         metavar="SIZE",
@@ -66,7 +72,9 @@ def ray_policy(args: argparse.Namespace) -> Any:
             memory = parse_memory(args.ray_max_memory)
         except ValueError as exc:
             raise ConfigurationError(f"--ray-max-memory: {exc}") from None
-    policy = RayPolicy(args.ray, args.ray_max_cpus, args.ray_max_gpus, memory)
+    policy = RayPolicy(
+        args.ray, args.ray_max_cpus, args.ray_max_gpus, memory, args.ray_shared_work_root
+    )
     wrong = policy.check()
     if wrong is not None:
         raise ConfigurationError(wrong)

@@ -36,12 +36,17 @@ class RayPolicy:
         max_gpus: GPUs a session may hold (``--ray-max-gpus``; 0: none).
         max_memory: bytes of Ray's memory resource a session may hold
             (``--ray-max-memory``); None: no cap.
+        shared_work_dirs: the server's work root is on storage every node
+            mounts at the same path (``--ray-shared-work-root``): kernels run in
+            their sessions' work dirs, so files, fork, checkpoints and suspend
+            work as for local kernels.
     """
 
     address: str
     max_cpus: float = 4.0
     max_gpus: float = 0.0
     max_memory: int | None = None
+    shared_work_dirs: bool = False
 
     def check(self) -> str | None:
         """What is wrong with the caps, as the flag's message; None if nothing."""
@@ -89,7 +94,12 @@ class RayPolicy:
 
 def ray_backend(policy: RayPolicy, asked: Mapping[str, Any], sandbox: Sandbox | bool) -> RayBackend:
     """The backend of one session on the operator's cluster."""
-    return RayBackend(policy.address, sandbox=sandbox, **{"num_cpus": 0, **asked})
+    return RayBackend(
+        policy.address,
+        sandbox=sandbox,
+        shared_work_dirs=policy.shared_work_dirs,
+        **{"num_cpus": 0, **asked},
+    )
 
 
 def ray_schema(caps: RayPolicy | None) -> dict[str, Any]:

@@ -52,10 +52,13 @@ def kernel_dir(session: AsyncSession) -> str:
 
 def check_checkpointable(session: AsyncSession) -> None:
     """Refuses, saying why, a checkpoint of a kernel whose files this machine cannot reach."""
-    if isinstance(session._backend, RayBackend):
+    backend = session._backend
+    if isinstance(backend, RayBackend) and not backend.shared_work_dirs:
         raise CheckpointError(
-            "a kernel on a Ray cluster cannot be checkpointed, forked or restarted keeping its "
-            "state yet: its files are on its node (docs/design-ray.md says how it will be)"
+            "this kernel runs in a folder of its Ray node's own, out of this machine's reach, "
+            "so it cannot be checkpointed, forked or restarted keeping its state: give "
+            "RayBackend(shared_work_dirs=True) with work dirs on storage every node mounts "
+            "(kernelexec serve: --ray-shared-work-root)"
         )
 
 
