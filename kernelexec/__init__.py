@@ -10,7 +10,7 @@ with kernelexec.Session() as session:
 from ._containment import _secrecy  # noqa: F401
 
 # isort: split
-from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend
+from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend, RayBackend
 from ._client import (
     AsyncClient,
     AsyncRemoteExecution,
@@ -85,6 +85,7 @@ __all__ = [
     "LiveOutput",
     "LocalBackend",
     "QueueFullError",
+    "RayBackend",
     "RemoteExecution",
     "RemoteSession",
     "ReplayReport",

@@ -45,6 +45,8 @@ class SessionInfo:
         executions: executions requested so far.
         sandbox: the containment of its kernel (``kernelexec.Sandbox`` as a
             dict), or None: uncontained (or not a local kernel).
+        node: where its kernel runs on a Ray cluster (``serve --ray``):
+            ``{"node_id", "address"}``; None: not on a cluster (or not started).
     """
 
     id: str
@@ -55,6 +57,7 @@ class SessionInfo:
     last_activity: str
     executions: int = 0
     sandbox: dict[str, Any] | None = None
+    node: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -7,7 +7,10 @@ or compares processes turns them into this machine's first.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +18,10 @@ __all__ = [
     "CONTAINED_KERNEL_PID",
     "contained_kernel",
     "default_fork_method",
+    "end_netns",
     "host_pid",
     "kernel_pid",
+    "netns_members",
 ]
 
 CONTAINED_KERNEL_PID = 2
@@ -91,3 +96,38 @@ def default_fork_method() -> str:
     from kernelexec._containment._platform import choose
 
     return "process" if choose(None) is None else "checkpoint"
+
+
+def netns_members(namespace: os.stat_result, exclude: tuple[int, ...]) -> dict[int, str]:
+    """The processes in network ``namespace`` now, but ``exclude``: pid to command line."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in exclude:
+            continue
+        try:
+            here = os.stat(f"/proc/{entry}/ns/net")
+            if (here.st_dev, here.st_ino) != (namespace.st_dev, namespace.st_ino):
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                found[int(entry)] = handle.read(300).replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue  # ended meanwhile
+    return found
+
+
+def end_netns(namespace: os.stat_result, exclude: tuple[int, ...], grace: float) -> list[str]:
+    """Waits ``grace`` s for the network namespace to empty, kills what is left; those killed.
+
+    Every pid signalled was in the namespace when looked at, and the namespace
+    is held open, so the pid is one this run made (or a zombie of one, which
+    a signal does nothing to).
+    """
+    deadline = time.monotonic() + grace
+    while (left := netns_members(namespace, exclude)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed = []
+    for pid, command in left.items():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(f"{pid}: {command.strip()}")
+    return killed

@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pids import end_netns
 from _readme_shell import copy_checkout, install_wrappers
 from conftest import process_gone
 from jupyter_client.manager import KernelManager
@@ -206,6 +207,24 @@ def needs_docker(block: Block) -> bool:
     if block.language in PYTHON:
         return "DockerBackend" in block.code
     return bool(re.search(r"\bkernelexec image build\b|^\s*docker\s", block.code, re.M))
+
+
+def needs_ray(block: Block) -> bool:
+    """A block of a Ray cluster's: run only in a network namespace of the page's own."""
+    if block.language in PYTHON:
+        return "RayBackend(" in block.code
+    return bool(re.search(r"\bray start\b|--ray\b", shell_script(block)))
+
+
+def ray_missing() -> str | None:
+    """Why a page's Ray blocks cannot run here (None: they can)."""
+    if not own_network():
+        return "a page's Ray cluster runs only in a network namespace of its own (as root)"
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return "ray is not installed (the test extra has it)"
+    return None
 
 
 def needs_mkdocs(block: Block) -> bool:
@@ -478,7 +497,26 @@ class PageRun:
             prompt.close()
 
     def close(self) -> list[str]:
-        """Stops everything; what did not stop as it should."""
+        """Stops everything; what did not stop as it should.
+
+        In a network namespace of the page's own, whatever still runs there once
+        its servers have stopped (a Ray cluster the page started, say) is ended
+        too, as a reader's machine would be shut down.
+        """
+        held = None
+        if self.terminal.netns is not None:
+            with contextlib.suppress(OSError):  # held open: its pids cannot be reused meanwhile
+                held = os.open(self.terminal.netns, os.O_RDONLY)
+        try:
+            problems = self._stop()
+            if held is not None:
+                end_netns(os.fstat(held), exclude=(os.getpid(),), grace=0)
+        finally:
+            if held is not None:
+                os.close(held)
+        return problems
+
+    def _stop(self) -> list[str]:
         self._close_prompt()
         self.terminal.close()
         problems = stop_servers(self.state / "servers")
@@ -744,8 +782,10 @@ def test_the_page_runs_as_written(path: Path, tmp_path: Path) -> None:
         run = PageRun(tmp_path, base_image=base_image)
         try:
             for block in blocks:
-                missing = (no_docker if needs_docker(block) else None) or (
-                    no_mkdocs if needs_mkdocs(block) else None
+                missing = (
+                    (no_docker if needs_docker(block) else None)
+                    or (no_mkdocs if needs_mkdocs(block) else None)
+                    or (ray_missing() if needs_ray(block) else None)
                 )
                 if missing:
                     left_out.append(f"{block.where} ({missing})")

@@ -11,6 +11,7 @@ from .._environment import server_token
 from .._exceptions import ConfigurationError
 from .._extras import missing_extra
 from .._server._token import check_token
+from ._ray import join_ray
 from ._startup import (
     DEFAULT_PORTS,
     add_zygote_option,
@@ -169,6 +170,7 @@ def _mcp(args: argparse.Namespace) -> int:
             max_file_bytes=int(args.max_file_mb * 1024 * 1024),
             policy=policy_from(args),
         )
+        join_ray(config.policy)
         audit = None
         if args.audit_log is not None:
             from .._audit import AuditLog

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._environment import pool_size, preload, server_token, venv_cache_dir
 from .._exceptions import ConfigurationError
+from ._ray import add_ray_options, join_ray, ray_policy
 from ._startup import (
     DEFAULT_PORTS,
     add_zygote_option,
@@ -263,6 +264,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         help="a Jupyter gateway sessions may run on with gateway=URL (repeat for more; "
         "its token from $KERNELEXEC_GATEWAY_TOKEN)",
     )
+    add_ray_options(group)
     add_sandbox_options(parser)
 
 
@@ -411,6 +413,7 @@ def policy_from(args: argparse.Namespace) -> Any:
         gateway_token=os.environ.get("KERNELEXEC_GATEWAY_TOKEN") or None,
         sandbox=sandbox_from(args),
         network=args.allow_network,
+        ray=ray_policy(args),
     )
 
 
@@ -429,6 +432,7 @@ def _serve(args: argparse.Namespace) -> int:
     port = check_port(args.port)
     token, generated = token_or_tenants(args, args.host)
     policy = policy_from(args)
+    join_ray(policy)
     work_root, temporary = usable_work_root(args.work_root, prefix="kernelexec-serve-")
     try:
         config = ServerConfig(
@@ -442,7 +446,11 @@ def _serve(args: argparse.Namespace) -> int:
             max_timeout=args.max_timeout,
             max_body=int(args.max_body_mb * 1024 * 1024),
             # Read here, not as argparse defaults, so a bad value is a clear error.
-            pool_size=pool_size() if args.pool_size is None else args.pool_size,
+            pool_size=0
+            if policy.ray
+            else pool_size()
+            if args.pool_size is None
+            else args.pool_size,
             preload=preload() if args.preload is None else args.preload,
             policy=policy,
             max_queued=args.max_queued,

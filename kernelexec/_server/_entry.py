@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._backends import RayBackend
 from .._execution._background import ExecutionStore
 from .._remote_models import SessionInfo, SessionState
 from .._session._async import AsyncSession
@@ -85,6 +86,7 @@ class Entry:
             iso(self.last_activity),
             self.executions,
             None if policy is None else policy.to_dict(),
+            _node(self.session),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,3 +134,11 @@ def culled_text(entry: Entry) -> str:
 
 def why_culled(reason: str | None) -> str:
     return f" without a checkpoint, all state lost: {reason}" if reason else ""
+
+
+def _node(session: AsyncSession) -> dict[str, Any] | None:
+    """Where a kernel on a Ray cluster runs (its node), for the session's description."""
+    backend = session._backend
+    if not isinstance(backend, RayBackend) or not backend.node:
+        return None
+    return {"node_id": backend.node.get("node_id"), "address": backend.node.get("address")}

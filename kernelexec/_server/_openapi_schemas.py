@@ -238,6 +238,11 @@ def schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                     "description": "the containment of its kernel in force (kernelexec.Sandbox: "
                     "read, write, network, memory, processes, open_files, gpus); null: uncontained",
                 },
+                "node": {
+                    "type": ["object", "null"],
+                    "description": "where its kernel runs on the server's Ray cluster (serve "
+                    "--ray): node_id and address; null: on no cluster, or not started",
+                },
                 "message": {
                     "type": "string",
                     "description": "suspended or culled: what became of its kernel and state",

@@ -34,6 +34,7 @@ from .._exceptions import ConfigurationError
 from .._execution._models import Limits
 from .._session._async import AsyncSession
 from .._venvs._venv import ARCHIVES, check_packages
+from ._ray_options import RayPolicy, ray_backend, ray_schema
 
 __all__ = [
     "OPTION_FIELDS",
@@ -56,6 +57,7 @@ OPTION_FIELDS = (
     "docker",
     "gateway",
     "sandbox",
+    "ray",
 )
 _VENV_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 # A requirement as pip reads one: a name, extras, a version spec; no URL, path or option,
@@ -141,6 +143,8 @@ class SessionPolicy:
             ``--sandbox-memory``...; its limits are the highest a client may ask
             for), False for none (``--no-sandbox``), None for the library's default.
         network: sessions may ask for ``sandbox.network`` (``--allow-network``).
+        ray: every kernel runs on this Ray cluster, within its caps (``--ray``);
+            None: kernels run here.
     """
 
     pythons: tuple[Path, ...] = ()
@@ -157,8 +161,12 @@ class SessionPolicy:
     limits: Limits = field(default_factory=Limits)
     sandbox: Sandbox | bool | None = None
     network: bool = False
+    ray: RayPolicy | None = None
 
     def __post_init__(self) -> None:
+        wrong = None if self.ray is None else self.ray.check()
+        if wrong is not None:
+            raise ConfigurationError(wrong)
         try:
             memory = parse_memory(self.docker_memory)
         except ValueError as exc:
@@ -189,11 +197,12 @@ class SessionOptions:
     docker: Mapping[str, Any] | None = None
     gateway: str | None = None
     sandbox: Mapping[str, Any] | None = None
+    ray: Mapping[str, Any] | None = None  # the resources held on the server's Ray cluster
 
     @property
     def local(self) -> bool:
         """The kernel is a local process (a warm pool's kernel may serve it)."""
-        return self.docker is None and self.gateway is None
+        return self.docker is None and self.gateway is None and self.ray is None
 
     def to_dict(self) -> dict[str, Any]:
         """The options given, as JSON (for a session's description)."""
@@ -204,7 +213,7 @@ class SessionOptions:
                 value = dataclasses.asdict(value)
             elif name == "packages":
                 value = list(value) or None
-            elif name in ("docker", "sandbox") and value is not None:
+            elif name in ("docker", "sandbox", "ray") and value is not None:
                 value = dict(value)
             if value is not None:
                 out[name] = value
@@ -227,7 +236,10 @@ class SessionOptions:
         if self.limits is not None:
             kwargs["limits"] = self.limits
         backend: KernelBackend | None = None
-        if self.docker is not None:
+        if policy.ray is not None:  # every kernel on the cluster, asked or not (an MCP session)
+            asked = self.ray if self.ray is not None else policy.ray.parse(None)
+            backend = ray_backend(policy.ray, asked, self._sandbox(policy.sandbox))
+        elif self.docker is not None:
             backend = DockerBackend(image=policy.docker_image, **self.docker)
         elif self.gateway is not None:
             backend = GatewayBackend(
@@ -283,9 +295,33 @@ def parse_options(data: Mapping[str, Any], policy: SessionPolicy) -> SessionOpti
             "sandbox contains a local kernel; a container has its own limits (docker), "
             "and a gateway's kernel is its operator's"
         )
+    ray = _ray(data.get("ray"), policy)
+    if ray is not None:
+        elsewhere = sorted(
+            name
+            for name, value in (*local_env.items(), ("docker", docker), ("gateway", gateway))
+            if value
+        )
+        if elsewhere:
+            raise _invalid(
+                f"this server runs every kernel on its Ray cluster (--ray): leave out "
+                f"{', '.join(elsewhere)}"
+            )
     return SessionOptions(
-        python, venv, packages, version, preload, limits, docker, gateway, sandbox
+        python, venv, packages, version, preload, limits, docker, gateway, sandbox, ray
     )
+
+
+def _ray(value: Any, policy: SessionPolicy) -> dict[str, Any] | None:
+    """The resources a session holds on the server's Ray cluster; None without ``--ray``."""
+    if policy.ray is None:
+        if value is not None:
+            raise _refused("kernels on a Ray cluster (ray)", "--ray ADDRESS")
+        return None
+    try:
+        return policy.ray.parse(value)
+    except ValueError as exc:
+        raise _invalid(str(exc)) from None
 
 
 def _string(value: Any, name: str, *, longest: int = 4096) -> str:
@@ -615,6 +651,7 @@ def options_schema(policy: SessionPolicy) -> dict[str, dict[str, Any]]:
             "description": "a Jupyter gateway's URL to run the kernel on; only those the "
             "operator allows (--allow-gateway), else 403",
         },
+        "ray": ray_schema(policy.ray),
         "sandbox": {
             "type": "object",
             "additionalProperties": False,

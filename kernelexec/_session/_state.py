@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._backends import DockerBackend, LocalBackend
+from .._backends import DockerBackend, LocalBackend, RayBackend
 from .._exceptions import (
     CheckpointError,
     ConfigurationError,
@@ -50,6 +50,18 @@ def kernel_dir(session: AsyncSession) -> str:
     return "/workspace" if isinstance(session._backend, DockerBackend) else str(session.work_dir)
 
 
+def check_checkpointable(session: AsyncSession) -> None:
+    """Refuses, saying why, a checkpoint of a kernel whose files this machine cannot reach."""
+    backend = session._backend
+    if isinstance(backend, RayBackend) and not backend.shared_work_dirs:
+        raise CheckpointError(
+            "this kernel runs in a folder of its Ray node's own, out of this machine's reach, "
+            "so it cannot be checkpointed, forked or restarted keeping its state: give "
+            "RayBackend(shared_work_dirs=True) with work dirs on storage every node mounts "
+            "(kernelexec serve: --ray-shared-work-root)"
+        )
+
+
 async def checkpoint_now(
     session: AsyncSession,
     path: str | Path | None,
@@ -60,6 +72,7 @@ async def checkpoint_now(
     max_bytes: int | None = None,
 ) -> Checkpoint:
     """Checkpoints the session's kernel (and files); the session's lock is held."""
+    check_checkpointable(session)
     return await _checkpoint.take(
         session._backend,
         work_dir=session.work_dir,
@@ -100,6 +113,7 @@ async def fork_session(
             f"method={method!r}: use one of {', '.join(repr(m) for m in FORK_METHODS)}"
         )
     parent._check_open()
+    check_checkpointable(parent)
     if method == "process" and not getattr(parent._backend, "forks_as_process", False):
         raise ConfigurationError(
             f"a {type(parent._backend).__name__} kernel cannot be forked as a process; "

@@ -1,0 +1,475 @@
+"""``RayBackend``: a session's kernel on a node of a Ray cluster, placed by Ray.
+
+For each kernel the backend reserves the session's resources as a Ray
+placement group of one bundle (``num_cpus``, ``memory``, ``num_gpus``, custom
+resources, node labels), so Ray chooses the node and counts what the session
+holds; then the node's ``NodeHost`` (``_ray_host.py``), one actor per node per
+caller, started on first use and kept warm, starts the kernel from its zygote.
+Every call and message goes through that actor (docs/design-ray.md says why).
+
+A node that stops answering is an answer, not a hang: a call that fails
+with Ray's actor errors, or a poll unanswered ``lost_after`` seconds past its
+own wait, makes the kernel dead with the reason "node lost: ...", and the
+session reports ``kernel_died`` as for any death (and, with ``auto_restart``,
+the next execution gets a kernel on a node Ray chooses again). The host of a
+lost node is killed, so a node that was only cut off keeps no kernel nobody
+hears.
+
+Ownership: the hosts are actors of this process, not detached, so Ray ends
+them when this process ends, and their kernels' supervisors end the kernels.
+
+ray is imported when the first kernel starts, so ``kernelexec`` imports
+without the ``ray`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .._containment._sandbox import Sandbox
+from .._environment import remote_env
+from .._exceptions import ConfigurationError, KernelStartError
+from ._base import KernelMessage
+from ._caps import DROPPED, MAX_MESSAGE_BYTES
+
+__all__ = ["RayBackend", "join"]
+
+# A poll's answer says whether the kernel lives; trusted for this long after.
+_ALIVE_FOR = 1.0
+# This process's hosts, one per node (and zygote choice), made on first use.
+_HOSTS: dict[tuple[str, bool | None], Any] = {}
+# Nodes this process saw lost, and when. Ray's GCS marks a node dead only after
+# its health checks fail (13 s here, by default); until then it could place a
+# session there again, so a lost node is left out of placements for a while,
+# after which the GCS's word stands (a host that hung on a healthy node).
+_LOST_NODES: dict[str, float] = {}
+_LEFT_OUT_FOR = 60.0
+_NODE_ID_LABEL = "ray.io/node-id"
+
+
+class RayBackend:
+    """A kernel on a Ray cluster node that has the session's resources free.
+
+    Args:
+        address: the cluster to join when this process has not joined one
+            (``ray.init(address=...)``): ``"host:port"`` of its GCS, or
+            ``"auto"`` on a node of it; None: ``"auto"``.
+        num_cpus: CPUs the session holds in Ray's accounting (it does not pin
+            the kernel to them).
+        memory: bytes the session holds in Ray's accounting.
+        num_gpus: GPUs the session holds.
+        resources: custom resources the session holds (``{"highmem": 1}``).
+        labels: node labels the node must have (``{"zone": "a"}``).
+        sandbox: the kernel's containment on its node (see ``LocalBackend``):
+            None contains it where the node can.
+        zygote: fork kernels from the node host's zygote (see ``LocalBackend``).
+        startup_timeout: seconds for the resources to be found and the kernel
+            to answer.
+        lost_after: seconds a node host may leave a call unanswered, past the
+            call's own wait, before its node counts as lost.
+        shared_work_dirs: the session's work dir is on storage every node
+            mounts at the same path (NFS, CephFS, a cloud file system): the
+            kernel runs in it, so its files, checkpoints, forks and restores
+            (on any node) work as locally. Without it, the kernel's folder is
+            its node's own, and those refuse with ``CheckpointError``.
+    """
+
+    forks_as_process = False
+    pid = None  # the kernel's process is on its node, not in this machine's /proc
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        num_cpus: float = 1,
+        memory: int | None = None,
+        num_gpus: float = 0,
+        resources: Mapping[str, float] | None = None,
+        labels: Mapping[str, str] | None = None,
+        sandbox: Sandbox | bool | None = None,
+        zygote: bool | None = None,
+        startup_timeout: float = 60.0,
+        lost_after: float = 5.0,
+        shared_work_dirs: bool = False,
+    ) -> None:
+        self.address = address
+        self._settings: dict[str, Any] = {
+            "num_cpus": num_cpus,
+            "memory": memory,
+            "num_gpus": num_gpus,
+            "resources": dict(resources or {}),
+            "labels": dict(labels or {}),
+            "sandbox": sandbox,
+            "zygote": zygote,
+            "startup_timeout": startup_timeout,
+            "lost_after": lost_after,
+            "shared_work_dirs": shared_work_dirs,
+        }
+        self.shared_work_dirs = bool(shared_work_dirs)
+        self.bundle = _bundle(num_cpus, memory, num_gpus, resources)
+        self.labels = dict(labels or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()):
+            raise ConfigurationError("RayBackend labels map names to values, both strings")
+        if sandbox is not None and not isinstance(sandbox, (bool, Sandbox)):
+            raise ConfigurationError("RayBackend sandbox is None, True, False or a Sandbox")
+        if not lost_after > 0 or not startup_timeout > 0:
+            raise ConfigurationError("RayBackend lost_after and startup_timeout are seconds > 0")
+        self.sandbox_asked = sandbox
+        self.zygote = zygote
+        self.startup_timeout = startup_timeout
+        self.lost_after = lost_after
+        self.max_message_bytes = MAX_MESSAGE_BYTES
+        # Where the running kernel is: node id and address, host pid, work dir on its node.
+        self.node: dict[str, Any] = {}
+        self.sandbox: Sandbox | None = None  # the policy in force on the node
+        self._host: Any = None
+        self._group: Any = None  # the placement group holding the session's resources
+        self._kernel: str | None = None
+        self._cwd = Path.cwd()
+        self._env: dict[str, str] = {}
+        self._batch: deque[KernelMessage] = deque()
+        self._alive_at = 0.0  # when a poll last said the kernel lives
+        self._lost: str | None = None  # why the node counts as lost
+        self._reason: str | None = None
+
+    def fresh(self) -> RayBackend:
+        """A new, unstarted backend with the same settings (a restored fork's)."""
+        other = RayBackend(self.address, **self._settings)
+        other.max_message_bytes = self.max_message_bytes
+        return other
+
+    # -- the KernelBackend protocol
+
+    async def start(self, *, cwd: Path, env: dict[str, str]) -> None:
+        await self.shutdown()
+        # The caller's work dir: the kernel's own is on its node, unless shared.
+        self._cwd, self._env = cwd, env
+        self._lost = self._reason = None
+        ray = await asyncio.to_thread(join, self.address)
+        self._group = await self._reserve(ray)
+        try:
+            node_id = ray.util.placement_group_table(self._group)["bundles_to_node_id"][0]
+            self._host, self.node = await _host_on(ray, node_id, self.zygote, self.startup_timeout)
+            sandbox = self.sandbox_asked
+            started = await self._answer(
+                self._host.start.remote(
+                    env=remote_env(env),
+                    max_message_bytes=self.max_message_bytes,
+                    startup_timeout=self.startup_timeout,
+                    sandbox=sandbox.to_dict() if isinstance(sandbox, Sandbox) else sandbox,
+                    work_dir=str(cwd.resolve()) if self.shared_work_dirs else None,
+                ),
+                self.startup_timeout + self.lost_after,
+            )
+        except BaseException:
+            self._release()
+            raise
+        if started is None:
+            self._release()
+            raise KernelStartError(f"the kernel could not be started on its Ray node: {self._lost}")
+        self._kernel = started["kernel_id"]
+        self.node.update(work_dir=started["work_dir"], kernel_pid=started["pid"])
+        policy = started.get("sandbox")
+        self.sandbox = None if policy is None else Sandbox.from_dict(policy)
+        self._alive_at = time.monotonic()
+
+    async def execute(self, code: str, *, allow_stdin: bool) -> str:
+        return await self._send("execute", code, allow_stdin)
+
+    async def request_kernel_info(self) -> str:
+        return await self._send("request_kernel_info")
+
+    async def receive(self, timeout: float) -> KernelMessage | None:
+        if self._batch:
+            return self._batch.popleft()
+        if self._kernel is None or self._lost is not None:
+            await asyncio.sleep(min(timeout, 0.05))
+            return None
+        answer = await self._answer(
+            self._host.receive.remote(self._kernel, timeout), timeout + self.lost_after
+        )
+        if answer is None:
+            return None
+        messages, alive, node_now = answer
+        if alive:
+            self._alive_at = time.monotonic()
+        # A drop's time, from the node's monotonic clock into this one's (an upper bound).
+        shift = time.monotonic() - node_now
+        for channel, msg in messages:
+            if channel == DROPPED:
+                msg["content"]["at"] += shift
+        self._batch.extend(messages)
+        return self._batch.popleft() if self._batch else None
+
+    async def send_input(self, value: str) -> None:
+        await self._quiet("send_input", value)
+
+    async def interrupt(self) -> None:
+        await self._quiet("interrupt")
+
+    async def restart(self) -> None:
+        """A fresh kernel in the same work dir on its node; on another node if it was lost."""
+        self._batch.clear()
+        if self._kernel is None or self._lost is not None:
+            await self.start(cwd=self._cwd, env=self._env)
+            return
+        await self._answer(
+            self._host.restart.remote(self._kernel), self.startup_timeout + self.lost_after
+        )
+        if self._lost is not None:  # lost while restarting: start afresh where Ray says
+            await self.start(cwd=self._cwd, env=self._env)
+            return
+        self._reason = None
+        self._alive_at = time.monotonic()
+
+    async def shutdown(self) -> None:
+        kernel, self._kernel = self._kernel, None
+        self._batch.clear()
+        if kernel is not None and self._lost is None:
+            await self._answer(self._host.shutdown.remote(kernel), 30 + self.lost_after)
+        self._release()
+
+    async def ask_control(
+        self, msg_type: str, content: dict[str, Any], reply: str, timeout: float
+    ) -> dict[str, Any] | None:
+        """A request to the kernel's boot script on its control channel (variables, no cell)."""
+        if self._kernel is None or self._lost is not None:
+            return None
+        answer: dict[str, Any] | None = await self._answer(
+            self._host.ask_control.remote(self._kernel, msg_type, content, reply, timeout),
+            timeout + self.lost_after,
+        )
+        return answer
+
+    async def is_alive(self) -> bool:
+        if self._kernel is None or self._lost is not None:
+            return False
+        if time.monotonic() - self._alive_at < _ALIVE_FOR:
+            return True
+        alive = await self._answer(self._host.is_alive.remote(self._kernel), self.lost_after)
+        if alive:
+            self._alive_at = time.monotonic()
+            return True
+        if self._lost is None and self._reason is None:
+            self._reason = await self._answer(
+                self._host.exit_reason.remote(self._kernel), self.lost_after
+            )
+        return False
+
+    def exit_reason(self) -> str | None:
+        return self._lost or self._reason
+
+    # -- the node's host
+
+    async def _reserve(self, ray: Any) -> Any:
+        """A placement group holding the session's resources, once Ray has placed it."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        selector = dict(self.labels)
+        now = time.monotonic()
+        lost = sorted(n for n, at in _LOST_NODES.items() if now - at < _LEFT_OUT_FOR)
+        if lost and _NODE_ID_LABEL not in selector:
+            selector[_NODE_ID_LABEL] = f"!in({','.join(lost)})"
+        group = placement_group(
+            [self.bundle],
+            strategy="STRICT_PACK",
+            bundle_label_selector=[selector] if selector else None,
+        )
+        try:
+            await asyncio.wait_for(_awaitable(group.ready()), self.startup_timeout)
+        except asyncio.TimeoutError:
+            remove_placement_group(group)
+            wanted = ", ".join(f"{k}={v:g}" for k, v in self.bundle.items())
+            labels = f" with labels {self.labels}" if self.labels else ""
+            raise KernelStartError(
+                f"no node of the Ray cluster had {wanted} free{labels} within "
+                f"{self.startup_timeout:g} s (its nodes: {_capacity(ray)})"
+            ) from None
+        except BaseException:
+            remove_placement_group(group)
+            raise
+        return group
+
+    async def _send(self, method: str, *args: Any) -> str:
+        """A request's msg_id; a made-up one if the node is lost (the poll then says dead)."""
+        if self._kernel is not None and self._lost is None:
+            call = getattr(self._host, method).remote(self._kernel, *args)
+            msg_id = await self._answer(call, self.lost_after)
+            if msg_id is not None:
+                return str(msg_id)
+        return f"lost-{uuid.uuid4().hex}"
+
+    async def _quiet(self, method: str, *args: Any) -> None:
+        if self._kernel is not None and self._lost is None:
+            await self._answer(getattr(self._host, method).remote(self._kernel, *args), 30)
+
+    async def _answer(self, call: Any, within: float) -> Any:
+        """What a host call returned; None if its node is lost (``_lost`` says why)."""
+        import ray
+
+        try:
+            return await asyncio.wait_for(_awaitable(call), within)
+        except asyncio.TimeoutError:
+            self._node_lost(f"it did not answer for {within:.1f} s")
+        except ray.exceptions.RayTaskError as exc:  # the host's method raised
+            if isinstance(exc.cause, KernelStartError):
+                raise KernelStartError(str(exc.cause)) from None
+            raise
+        except ray.exceptions.RayError as exc:  # its actor, process or node is gone
+            self._node_lost(_first_line(exc))
+        return None
+
+    def _node_lost(self, why: str) -> None:
+        import ray
+
+        where = self.node.get("node_id", "?")
+        _LOST_NODES[where] = time.monotonic()
+        address = self.node.get("address")
+        self._lost = f"node lost: Ray node {where}" + (f" ({address})" if address else "")
+        self._lost += f": {why}"
+        host, self._host = self._host, None
+        for key, value in list(_HOSTS.items()):
+            if value is host:
+                del _HOSTS[key]  # a later session on that node gets a new host
+        if host is not None:
+            try:
+                ray.kill(host, no_restart=True)  # a node only cut off keeps no kernel
+            except Exception:  # already gone with its node
+                pass
+        self._release()
+
+    def _release(self) -> None:
+        group, self._group = self._group, None
+        if group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(group)
+            except Exception:  # the cluster is gone: nothing is held
+                pass
+
+
+def _bundle(
+    num_cpus: float, memory: int | None, num_gpus: float, resources: Mapping[str, float] | None
+) -> dict[str, float]:
+    bundle: dict[str, float] = {}
+    for name, value in (("CPU", num_cpus), ("memory", memory), ("GPU", num_gpus)):
+        if value is not None and (isinstance(value, bool) or not value >= 0):
+            raise ConfigurationError(f"RayBackend {name}: a number >= 0, not {value!r}")
+        if value:
+            bundle[name] = float(value)
+    for name, value in (resources or {}).items():
+        if not isinstance(name, str) or isinstance(value, bool) or not value > 0:
+            raise ConfigurationError(f"RayBackend resources: {name!r} needs an amount > 0")
+        bundle[name] = float(value)
+    if not bundle:
+        raise ConfigurationError(
+            "RayBackend needs some resource to hold (num_cpus, memory, num_gpus or resources): "
+            "Ray places a session by what it holds"
+        )
+    return bundle
+
+
+def join(address: str | None) -> Any:
+    """ray, with this process joined to the cluster at ``address`` (or the one it joined).
+
+    A ``host:port`` that takes no connection is refused at once: Ray itself
+    would keep trying for minutes.
+
+    Raises:
+        ConfigurationError: ray is not installed.
+        KernelStartError: the cluster cannot be reached.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise ConfigurationError("RayBackend needs ray: pip install 'kernelexec[ray]'") from None
+    if ray.is_initialized():
+        return ray
+    where = address or "auto"
+    host, _, port = where.rpartition(":")
+    if host and port.isdigit() and "://" not in where:
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
+            raise KernelStartError(
+                f"could not reach the Ray cluster's GCS at {where}: {exc.strerror or exc}"
+            ) from None
+    # A cluster on this machine's loopback: this driver is there too (else Ray finds
+    # its address by trying to reach a public resolver).
+    loopback = host in ("localhost", "::1") or host.startswith("127.")
+    here: dict[str, Any] = {"_node_ip_address": "127.0.0.1"} if loopback else {}
+    try:
+        ray.init(
+            address=where,
+            log_to_driver=False,
+            configure_logging=False,
+            include_dashboard=False,
+            **here,
+        )
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise KernelStartError(
+            f"could not join the Ray cluster at {where}: {_first_line(exc)}"
+        ) from None
+    return ray
+
+
+async def _host_on(
+    ray: Any, node_id: str, zygote: bool | None, timeout: float
+) -> tuple[Any, dict[str, Any]]:
+    """This process's host on the node (made and waited for on first use), and the node."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from ._ray_host import NodeHost
+
+    key = (node_id, zygote)
+    host = _HOSTS.get(key)
+    if host is None:
+        host = (
+            ray.remote(NodeHost)
+            .options(
+                num_cpus=0,
+                max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            )
+            .remote(zygote=zygote)
+        )
+        _HOSTS[key] = host
+    try:
+        described = await asyncio.wait_for(_awaitable(host.describe.remote()), timeout)
+    except BaseException:
+        _HOSTS.pop(key, None)
+        raise
+    return host, {
+        "node_id": node_id,
+        "address": described.get("address"),
+        "host_pid": described["pid"],
+    }
+
+
+def _capacity(ray: Any) -> str:
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        return "; ".join(
+            ", ".join(f"{k}={v:g}" for k, v in sorted(n["Resources"].items()) if "node:" not in k)
+            for n in nodes
+        )
+    except Exception:
+        return "unknown"
+
+
+def _awaitable(ref: Any) -> Any:
+    """An ObjectRef as an asyncio future (it is awaitable, but not a coroutine)."""
+    return asyncio.wrap_future(ref.future())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

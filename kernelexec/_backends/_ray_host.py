@@ -1,0 +1,212 @@
+"""A Ray node's kernelexec host: the node's kernels, started and spoken to for their owners.
+
+The node side of ``RayBackend`` (``_ray.py``; docs/design-ray.md). One
+``NodeHost`` runs on each node a caller uses, as a Ray actor the caller makes
+and pins to the node, and lives as long as its owner: kernels it starts are
+``LocalBackend`` kernels of this node, forked from the host's zygote once it is
+warm, so a session that lands on a warm node starts in tens of milliseconds.
+Their supervisors watch the host's process, so no kernel outlives the actor.
+
+Messages travel through the actor: ``receive`` is a long poll that answers
+with every message that has come, up to ``most``, as soon as the first has;
+each kernel's messages are already capped on this node (``_caps.py``) before
+they are decoded. The owner's side feeds them to its reducer one at a time.
+
+Not here yet (the design note says how each will be): the files API of a
+session's work dir, fork, checkpoint and restore.
+
+This module imports no ray: the actor's methods are plain coroutines, and the
+node's id is asked of Ray only when ``describe`` is called, in the actor.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .._containment._sandbox import Sandbox
+from .._environment import kernel_env
+from .._exceptions import KernelStartError
+from ._base import KernelMessage
+from ._caps import MAX_MESSAGE_BYTES
+from ._local import LocalBackend
+
+__all__ = ["NodeHost"]
+
+_MOST = 256  # messages one receive answers with at most
+
+
+class NodeHost:
+    """The kernels of one Ray node, each known by an id the host gave it.
+
+    Args:
+        root: the folder under which each kernel gets its work dir on this
+            node; None, a new temp dir (removed when the host shuts down).
+        zygote: fork kernels from this host's zygote (see ``LocalBackend``).
+    """
+
+    def __init__(self, root: str | None = None, *, zygote: bool | None = None) -> None:
+        self._made_root = root is None
+        self._root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="kx-node-"))
+        self._zygote = zygote
+        self._kernels: dict[str, LocalBackend] = {}
+        self._cwds: dict[str, Path] = {}
+        self._shared: set[str] = set()  # kernels in their owners' work dirs: never removed
+
+    def describe(self) -> dict[str, Any]:
+        """Where this host runs: its Ray node id and address, process id, host name and root."""
+        import ray  # in the actor, where ray is imported already
+
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "address": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "root": str(self._root),
+        }
+
+    async def start(
+        self,
+        *,
+        env: dict[str, str],
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        startup_timeout: float = 60.0,
+        sandbox: dict[str, Any] | bool | None = None,
+        work_dir: str | None = None,
+    ) -> dict[str, Any]:
+        """Starts a kernel in a new work dir of this node's; says its id, work dir, pid and time.
+
+        ``work_dir``: the owner's own work dir instead, on storage every node
+        mounts at the same path (``RayBackend(shared_work_dirs=True)``); it
+        must be an existing folder here, and is the owner's to keep.
+
+        ``env`` is what the owner would send a remote kernel (its extras and
+        kernelexec's defaults, ``remote_env``); the rest of the kernel's
+        environment is this node's, without credentials. ``sandbox`` is the
+        owner's containment: a ``Sandbox.to_dict()``, True, False, or None
+        (contained where this node can); a node that cannot give it refuses
+        the start, saying what it lacks.
+        """
+        began = time.perf_counter()
+        # Ray's worker threads block SIGINT, and a signal mask survives fork and exec:
+        # kernels (and the zygote) started from this thread would never see an
+        # interrupt, and every timeout would end in a restart. Unblocked here, in the
+        # thread that starts them, before the first one.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        kernel_id = uuid.uuid4().hex
+        if work_dir is None:
+            cwd = self._root / kernel_id
+            cwd.mkdir(mode=0o700)
+        else:
+            cwd = Path(work_dir)
+            if not cwd.is_absolute() or not cwd.is_dir():
+                raise KernelStartError(
+                    f"the work dir {work_dir} is not a folder on this node: a shared work dir "
+                    "must be mounted at the same path on every node"
+                )
+            self._shared.add(kernel_id)
+        backend = LocalBackend(
+            startup_timeout=startup_timeout,
+            zygote=self._zygote,
+            max_message_bytes=max_message_bytes,
+            sandbox=Sandbox.from_dict(sandbox) if isinstance(sandbox, dict) else sandbox,
+        )
+        try:
+            await backend.start(cwd=cwd, env=kernel_env(env))
+        except BaseException:
+            await backend.shutdown(now=True)
+            self._remove(kernel_id, cwd)
+            raise
+        self._kernels[kernel_id] = backend
+        self._cwds[kernel_id] = cwd
+        return {
+            "kernel_id": kernel_id,
+            "work_dir": str(cwd),
+            "pid": backend.pid,
+            "forked": backend.forked,
+            "sandbox": None if backend.sandbox is None else backend.sandbox.to_dict(),
+            "seconds": time.perf_counter() - began,
+        }
+
+    async def execute(self, kernel_id: str, code: str, allow_stdin: bool) -> str:
+        return await self._kernel(kernel_id).execute(code, allow_stdin=allow_stdin)
+
+    async def request_kernel_info(self, kernel_id: str) -> str:
+        return await self._kernel(kernel_id).request_kernel_info()
+
+    async def receive(
+        self, kernel_id: str, timeout: float, most: int = _MOST
+    ) -> tuple[list[KernelMessage], bool, float]:
+        """What came within ``timeout``: the messages (all that are there once one has),
+        whether the kernel is alive, and this node's ``time.monotonic()``.
+
+        The owner's next ``is_alive`` needs no call of its own. A "dropped"
+        notice says when the drop was seen in this node's monotonic clock
+        (``_caps.dropped_notice``); the owner moves it into its own clock
+        with the time sent alongside.
+        """
+        backend = self._kernel(kernel_id)
+        first = await backend.receive(timeout)
+        messages = [] if first is None else [first]
+        while messages and len(messages) < most:
+            more = await backend.receive(0)
+            if more is None:
+                break
+            messages.append(more)
+        return messages, await backend.is_alive(), time.monotonic()
+
+    async def send_input(self, kernel_id: str, value: str) -> None:
+        await self._kernel(kernel_id).send_input(value)
+
+    async def interrupt(self, kernel_id: str) -> None:
+        await self._kernel(kernel_id).interrupt()
+
+    async def restart(self, kernel_id: str) -> None:
+        await self._kernel(kernel_id).restart()
+
+    async def ask_control(
+        self, kernel_id: str, msg_type: str, content: dict[str, Any], reply: str, timeout: float
+    ) -> dict[str, Any] | None:
+        """A request to the kernel's boot script on its control channel (variables, no cell)."""
+        return await self._kernel(kernel_id).ask_control(msg_type, content, reply, timeout)
+
+    async def is_alive(self, kernel_id: str) -> bool:
+        backend = self._kernels.get(kernel_id)
+        return backend is not None and await backend.is_alive()
+
+    def exit_reason(self, kernel_id: str) -> str | None:
+        backend = self._kernels.get(kernel_id)
+        return None if backend is None else backend.exit_reason()
+
+    async def shutdown(self, kernel_id: str) -> None:
+        """Stops the kernel and removes the work dir it made; safe to call twice."""
+        backend = self._kernels.pop(kernel_id, None)
+        if backend is not None:
+            await backend.shutdown()
+            self._remove(kernel_id, self._cwds.pop(kernel_id, None))
+
+    def _remove(self, kernel_id: str, cwd: Path | None) -> None:
+        if kernel_id in self._shared:
+            self._shared.discard(kernel_id)
+        elif cwd is not None:
+            shutil.rmtree(cwd, ignore_errors=True)
+
+    async def close(self) -> None:
+        """Stops every kernel of this host (and removes the root it made)."""
+        for kernel_id in list(self._kernels):
+            await self.shutdown(kernel_id)
+        if self._made_root:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def _kernel(self, kernel_id: str) -> LocalBackend:
+        backend = self._kernels.get(kernel_id)
+        if backend is None:
+            raise KernelStartError(f"no kernel {kernel_id} on this node (it was shut down)")
+        return backend

@@ -1,0 +1,529 @@
+"""Sessions on a real Ray cluster: a head and two worker nodes, in a network namespace of its own.
+
+One cluster run (tests/_raycluster.py) serves the module: its scenario,
+``cluster_scenario``, runs in the cluster's driver and tries each thing in
+turn, recording what it saw; the tests below read the record. Parts:
+
+- ``basics``: a session's kernel on a worker node answers, keeps its state,
+  saves its outputs and transcript on the caller's side, lists variables,
+  runs in the background, reads stdin, is interrupted by a timeout and keeps
+  its state; checkpoint and fork say plainly they are not there yet.
+- ``placement``: Ray places each session by what it holds (CPUs, a custom
+  resource, node labels); one that fits nowhere is refused in words naming
+  the cluster's capacity; a warm node starts a kernel fast.
+- ``hostile``: a contained kernel on a node reaches neither Ray's control
+  plane (the GCS port) nor this driver; a huge message is dropped on the node.
+- ``ownership``: a driver that is killed takes its node hosts and kernels
+  with it (Ray's ownership), with no sweeper of ours.
+- ``loss``: a node taken away mid-execution gives ``kernel_died`` with
+  "node lost" within seconds; the session's next execution runs on the
+  other node, without the state.
+- ``frozen``: a node host that stops answering (stopped with SIGSTOP) counts
+  as lost ``lost_after`` seconds past a poll's wait; Ray kills it, and its
+  kernel ends.
+
+The worker nodes (``_raycluster.WORKER_NODES``): 2 CPUs each; the second
+has a resource ``special`` and the label ``zone=b``, the first ``zone=a``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from _raycluster import ClusterInfo, ClusterRun, ray_unavailable, run_in_cluster
+from servers import unavailable
+
+from kernelexec import AsyncSession, Limits, RayBackend
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def record() -> dict[str, Any]:
+    reason = ray_unavailable()
+    if reason is not None:
+        unavailable(reason)
+    run: ClusterRun = run_in_cluster("test_ray:cluster_scenario", timeout=600)
+    assert run.interfaces == ["lo"], run.interfaces
+    assert run.leaked == [], run.leaked
+    found: dict[str, Any] = run.result
+    found["timings"] = run.timings
+    print(json.dumps(found, indent=1, default=str))  # the figures, with -s
+    return found
+
+
+def part(record: dict[str, Any], name: str) -> dict[str, Any]:
+    got: dict[str, Any] = record[name]
+    assert "crash" not in got, got["crash"]
+    return got
+
+
+# -- the tests
+
+
+def test_the_cluster_is_on_loopback_alone(record: dict[str, Any]) -> None:
+    # Every node announces 127.0.0.1 (the namespace has nothing else), the head and both workers.
+    assert record["addresses"] == ["127.0.0.1"] and record["alive"] == 3, record
+
+
+def test_a_process_left_in_the_namespace_is_found_and_killed() -> None:
+    reason = ray_unavailable()
+    if reason is not None:
+        unavailable(reason)
+    with pytest.raises(AssertionError, match="left in the namespace") as failed:
+        run_in_cluster("test_ray:leak_scenario", workers=1)
+    assert "sleep 600" in str(failed.value)
+
+
+def test_a_session_on_a_worker_node_does_what_a_local_one_does(record: dict[str, Any]) -> None:
+    got = part(record, "basics")
+    assert got["node"] in record["workers"], got  # the head has no CPU: never there
+    assert got["answers"] == ["42", "41"], got
+    assert got["png_saved"] and got["png_on_caller"], got
+    assert "x" in got["variables"], got
+    assert got["background"] == "bg", got
+    assert got["stdin"] == "hello", got
+    assert got["timeout_status"] == "timeout" and got["after_timeout"] == "41", got
+    assert got["transcript_cells"] >= 6, got
+    # The kernel's files are on its node; the caller's work dir holds what we made.
+    assert got["kernel_cwd"] != got["caller_dir"] and not got["made_on_caller"], got
+    for call in ("checkpoint", "fork"):
+        refused = got[f"{call}_refused"]
+        assert refused[0] == "CheckpointError" and "shared_work_dirs=True" in refused[1], refused
+
+
+def test_ray_places_each_session_by_what_it_holds(record: dict[str, Any]) -> None:
+    got = part(record, "placement")
+    workers = record["workers"]
+    assert sorted(got["two_cpu_nodes"]) == sorted(workers), got  # 2 CPUs each: one per node
+    assert got["special"] == workers[1] and got["zone_a"] == workers[0], got
+    refused = got["refused"]
+    assert refused[0] == "KernelStartError", refused
+    assert "CPU=2" in refused[1] and "free" in refused[1], refused
+    # The node's host and zygote are warm: a kernel starts faster than the node's first.
+    assert max(got["warm_starts"][1:]) < record["basics"]["cold_start"], got
+
+
+def test_a_contained_kernel_on_a_node_cannot_reach_ray_or_the_driver(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "hostile")
+    assert got["sandbox"] is not None, got  # contained where the node can: it can here
+    assert got["gcs"].startswith(("ConnectionRefusedError", "OSError")), got
+    flood = got["flood"]
+    assert flood["status"] == "ok" and not flood["q_through"], flood
+    assert "over the host's cap of 1,000,000 bytes a message" in flood["message"], flood
+    assert got["after"] == "still here", got  # the session goes on
+
+
+def test_a_killed_driver_takes_its_kernels_with_it(record: dict[str, Any]) -> None:
+    got = part(record, "ownership")
+    assert got["before"] == {"host": True, "kernel": True}, got
+    assert got["after"] == {"host": False, "kernel": False}, got
+
+
+def test_with_shared_work_dirs_checkpoint_fork_and_restore_work_on_any_node(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "shared")
+    assert got["cwd_is_callers"] and got["file_on_caller"] == "from the kernel", got
+    assert got["restored"] == "42", got
+    parent_node, restored_node = got["restored_moved"]
+    assert parent_node == got["zones"]["a"] and restored_node == got["zones"]["b"], got
+    assert got["fork"] == ["42", "41", "checkpoint", True] and got["fork_file"], got
+    assert "w.txt" in got["server_files"] and got["server_fork"] == 201, got
+    assert got["server_stopped"] == 0, got
+
+
+def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> None:
+    got = part(record, "serve")
+    workers = record["workers"]
+    assert got["stdout"] == "42" and got["node"]["node_id"] == workers[1], got
+    assert got["options"]["ray"] == {"labels": {"zone": "b"}, "num_cpus": 1.0}, got
+    assert got["sandbox"] is not None, got  # contained on its node, as a local one
+    assert got["plain_node"]["node_id"] in workers, got  # no ray option: on the cluster too
+    refused = got["refused"]
+    assert refused["too_many_cpus"][0] == 422 and "--ray-max-cpus" in refused["too_many_cpus"][1]
+    assert refused["unknown_key"][0] == 422 and "cpus" in refused["unknown_key"][1], refused
+    assert refused["docker"][0] in (403, 422), refused
+    assert got["fork"][0] in (409, 422) and "--ray-shared-work-root" in got["fork"][1], got
+    assert got["stopped"] == 0, got
+
+
+def test_a_lost_node_is_an_answer_within_seconds_and_the_next_run_moves(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "loss")
+    assert got["status"] == "kernel_died" and "node lost" in got["message"], got
+    assert got["seconds"] < 15, got
+    assert got["next_status"] == "ok" and got["next_node"] != got["lost_node"], got
+    assert "state" in got["message"] and got["x_after"] and got["kernel_gone"], got
+
+
+def test_a_host_that_stops_answering_counts_as_lost_and_is_ended(record: dict[str, Any]) -> None:
+    got = part(record, "frozen")
+    assert got["status"] == "kernel_died" and "node lost" in got["message"], got
+    assert "did not answer" in got["message"] and got["seconds"] < 15, got
+    assert got["ended"], got
+
+
+# -- the scenario, in the cluster's driver
+
+
+def leak_scenario(info: ClusterInfo) -> dict[str, Any]:
+    """Leaves a process running in the namespace, in a session of its own, to be found."""
+    process = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    return {"pid": process.pid}
+
+
+def cluster_scenario(info: ClusterInfo) -> dict[str, Any]:
+    import ray
+
+    nodes = ray.nodes()
+    found: dict[str, Any] = {
+        "workers": info.workers,
+        "alive": sum(1 for n in nodes if n["Alive"]),
+        "addresses": sorted({n["NodeManagerAddress"] for n in nodes}),
+    }
+    root = Path(info.temp_dir) / "callers"
+    root.mkdir()
+    parts: list[tuple[str, Callable[[], Coroutine[Any, Any, dict[str, Any]]]]] = [
+        ("basics", lambda: basics(root / "basics")),
+        ("placement", lambda: placement(root / "placement", info)),
+        ("hostile", lambda: hostile(root / "hostile", info)),
+        ("ownership", lambda: ownership(root / "ownership", info)),
+        ("shared", lambda: shared(root / "shared", info)),
+        ("serve", lambda: serve(root / "serve", info)),
+        ("loss", lambda: loss(root / "loss", info)),
+        ("frozen", lambda: frozen(root / "frozen", info)),
+    ]
+    for name, body in parts:
+        clock = time.perf_counter()
+        try:
+            found[name] = asyncio.run(asyncio.wait_for(body(), 240))
+        except BaseException:  # recorded: the other parts still run
+            found[name] = {"crash": traceback.format_exc()[-4000:]}
+        found[name]["seconds_taken"] = round(time.perf_counter() - clock, 2)
+    return found
+
+
+async def basics(root: Path) -> dict[str, Any]:
+    got: dict[str, Any] = {}
+    backend = RayBackend(num_cpus=1)
+    clock = time.perf_counter()
+    async with await AsyncSession(root, backend=backend, timeout=60).start() as session:
+        got["cold_start"] = round(time.perf_counter() - clock, 3)  # the node's first kernel
+        first = await session.execute("x = 41\nx + 1")
+        got["node"] = backend.node["node_id"]
+        second = await session.execute("print(x)")
+        got["answers"] = [first.text.strip(), second.stdout.strip()]
+        plot = await session.execute(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
+        )
+        got["png_saved"] = [f for f in plot.files if f.endswith(".png")]
+        got["png_on_caller"] = all((root / f).is_file() for f in got["png_saved"])
+        got["variables"] = [v.name for v in await session.variables()]
+        running = await session.execute(
+            "import time\ntime.sleep(0.3)\nprint('bg')", background=True
+        )
+        done = await running.wait(60)
+        got["background"] = None if done is None else done.stdout.strip()
+        asked = await session.execute("print(input('name? '))", stdin=["hello"])
+        got["stdin"] = asked.stdout.strip().split()[-1] if asked.stdout.strip() else asked.text
+        stuck = await session.execute("while True:\n    pass", timeout=2)
+        got["timeout_status"] = stuck.status
+        got["after_timeout"] = (await session.execute("print(x)")).stdout.strip()
+        made = await session.execute(
+            "import os\nopen('made.txt', 'w').write('on the node')\nprint(os.getcwd())"
+        )
+        got["kernel_cwd"], got["caller_dir"] = made.stdout.strip(), str(root)
+        got["made_on_caller"] = (root / "made.txt").exists()
+        for call, attempt in (
+            ("checkpoint", lambda: session.checkpoint()),
+            ("fork", lambda: session.fork(root.parent / "basics-fork")),
+        ):
+            try:
+                await attempt()
+                got[f"{call}_refused"] = ["nothing", ""]
+            except Exception as exc:
+                got[f"{call}_refused"] = [type(exc).__name__, str(exc)]
+        await session.flush()
+        got["transcript_cells"] = len(nbformat.read(session.notebook_path, 4).cells)
+    return got
+
+
+async def placement(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    got: dict[str, Any] = {}
+    sessions = []
+    try:
+        for index in range(2):
+            backend = RayBackend(num_cpus=2)
+            sessions.append(await AsyncSession(root / f"big{index}", backend=backend).start())
+        got["two_cpu_nodes"] = [s._backend.node["node_id"] for s in sessions]
+        try:
+            third = AsyncSession(root / "big2", backend=RayBackend(num_cpus=2, startup_timeout=3))
+            await third.start()
+            got["refused"] = ["nothing", ""]
+            await third.close()
+        except Exception as exc:
+            got["refused"] = [type(exc).__name__, str(exc)]
+    finally:
+        for session in sessions:
+            await session.close()
+    for name, backend in (
+        ("special", RayBackend(num_cpus=0, resources={"special": 1})),
+        ("zone_a", RayBackend(num_cpus=1, labels={"zone": "a"})),
+    ):
+        async with AsyncSession(root / name, backend=backend) as session:
+            await session.execute("1")
+            got[name] = backend.node["node_id"]
+    # A node whose host is warm: three sessions one after another on the same node.
+    starts = []
+    for index in range(3):
+        clock = time.perf_counter()
+        session = AsyncSession(root / f"warm{index}", backend=RayBackend(labels={"zone": "b"}))
+        await session.start()
+        starts.append(round(time.perf_counter() - clock, 3))
+        if index == 2:
+            trips = []
+            for _ in range(20):
+                clock = time.perf_counter()
+                await session.execute("1")
+                trips.append(time.perf_counter() - clock)
+            got["round_trip_ms_p50"] = round(statistics.median(trips) * 1000, 2)
+        await session.close()
+    got["warm_starts"] = starts
+    return got
+
+
+async def hostile(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    got: dict[str, Any] = {}
+    gcs_port = int(info.address.rsplit(":", 1)[1])
+    limits = Limits(max_message_bytes=1_000_000)
+    backend = RayBackend(num_cpus=1)
+    async with AsyncSession(root, backend=backend, limits=limits) as session:
+        policy = session.sandbox
+        got["sandbox"] = None if policy is None else policy.to_dict()
+        reach = await session.execute(
+            "import socket\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {gcs_port}), timeout=3)\n"
+            "    print('connected')\n"
+            "except OSError as exc:\n"
+            "    print(type(exc).__name__, exc)\n"
+        )
+        got["gcs"] = reach.stdout.strip()
+        # Raw protocol messages, past the kernel's own caps: dropped on the node, unread.
+        flood = await session.execute(
+            "k = get_ipython().kernel\n"
+            "for _ in range(2):\n"
+            "    k.session.send(k.iopub_socket, 'stream', "
+            "{'name': 'stdout', 'text': 'Q' * 3_000_000}, parent=k.get_parent('shell'))\n"
+            "print('after')\n"
+        )
+        got["flood"] = {
+            "status": flood.status,
+            "message": flood.message or "",
+            "stdout": flood.stdout[-200:],
+            "q_through": "Q" * 1000 in flood.stdout,
+        }
+        got["after"] = (await session.execute("print('still here')")).stdout.strip()
+    return got
+
+
+OWNER = """
+import asyncio, json, sys
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+from kernelexec import AsyncSession, RayBackend
+
+async def main():
+    backend = RayBackend(num_cpus=1)
+    session = await AsyncSession(sys.argv[2], backend=backend).start()
+    print(json.dumps(backend.node), flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def ownership(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    got: dict[str, Any] = {}
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, info.address, str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert owner.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(owner.stdout.readline), 120)
+        node = json.loads(line)
+        pids = {"host": node["host_pid"], "kernel": node["kernel_pid"]}
+        got["before"] = {name: _running(pid) for name, pid in pids.items()}
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        clock = time.monotonic()
+        while any(_running(pid) for pid in pids.values()) and time.monotonic() - clock < 60:
+            await asyncio.sleep(0.2)
+        got["after"] = {name: _running(pid) for name, pid in pids.items()}
+        got["ended_within"] = round(time.monotonic() - clock, 2)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+    return got
+
+
+async def shared(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    """Work dirs on storage every node mounts (here: the one machine's): the kernel runs in
+    the caller's work dir, so checkpoint, fork and restore work, on any node."""
+    from _serverproc import ServerProcess
+
+    got: dict[str, Any] = {}
+    zone = {"a": info.workers[0], "b": info.workers[1]}
+    parent_backend = RayBackend(shared_work_dirs=True, labels={"zone": "a"})
+    async with AsyncSession(root / "parent", backend=parent_backend) as parent:
+        made = await parent.execute(
+            "import os\nx = 41\nopen('k.txt', 'w').write('from the kernel')\nprint(os.getcwd())"
+        )
+        got["cwd_is_callers"] = made.stdout.strip() == str((root / "parent").resolve())
+        got["file_on_caller"] = (root / "parent" / "k.txt").read_text()
+        checkpoint = await parent.checkpoint()
+        elsewhere = RayBackend(shared_work_dirs=True, labels={"zone": "b"})
+        restored = await AsyncSession.restore(checkpoint, root / "restored", backend=elsewhere)
+        async with restored:
+            got["restored"] = (await restored.execute("print(x + 1)")).stdout.strip()
+            got["restored_moved"] = [parent_backend.node["node_id"], elsewhere.node["node_id"]]
+        async with await parent.fork(root / "fork") as child:
+            child_backend = child._backend
+            assert isinstance(child_backend, RayBackend)
+            got["fork"] = [
+                (await child.execute("x += 1\nprint(x)")).stdout.strip(),
+                (await parent.execute("print(x)")).stdout.strip(),
+                child.fork_report.method if child.fork_report else None,
+                child_backend.node["node_id"] in zone.values(),
+            ]
+            got["fork_file"] = (root / "fork" / "k.txt").exists()
+    got["zones"] = zone
+    server = await asyncio.to_thread(
+        ServerProcess, root / "server", "--ray", info.address, "--ray-shared-work-root"
+    )
+    try:
+        made_id = await asyncio.to_thread(server.create)
+        await asyncio.to_thread(server.execute, made_id, "open('w.txt', 'w').write('hi')")
+        listed = await asyncio.to_thread(server.http.get, f"/sessions/{made_id}/files")
+        got["server_files"] = [f["path"] for f in listed.json().get("files", [])]
+        forked = await asyncio.to_thread(server.http.post, f"/sessions/{made_id}/fork", json={})
+        got["server_fork"] = forked.status_code
+    finally:
+        got["server_stopped"] = await asyncio.to_thread(server.stop)
+    return got
+
+
+async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    """``kernelexec serve --ray``: a server, a driver of its own, whose sessions run on nodes."""
+    from _serverproc import ServerProcess
+
+    got: dict[str, Any] = {}
+    server = await asyncio.to_thread(
+        ServerProcess, root, "--ray", info.address, "--ray-max-cpus", "2"
+    )
+    try:
+        made = await asyncio.to_thread(server.create, ray={"labels": {"zone": "b"}})
+        ran = await asyncio.to_thread(server.execute, made, "import os\nprint(6 * 7)")
+        state = await asyncio.to_thread(server.state, made)
+        got["stdout"], got["node"] = ran["stdout"].strip(), state["node"]
+        got["options"], got["sandbox"] = state["options"], state["sandbox"]
+        plain = await asyncio.to_thread(server.create)  # no ray option: the cluster still
+        got["plain_node"] = (await asyncio.to_thread(server.state, plain))["node"]
+        refused = {}
+        for name, body in (
+            ("too_many_cpus", {"ray": {"num_cpus": 3}}),
+            ("unknown_key", {"ray": {"cpus": 1}}),
+            ("docker", {"docker": {}}),
+        ):
+            answer = await asyncio.to_thread(server.http.post, "/sessions", json=body)
+            refused[name] = [answer.status_code, answer.json().get("message", "")]
+        got["refused"] = refused
+        fork = await asyncio.to_thread(server.http.post, f"/sessions/{made}/fork", json={})
+        got["fork"] = [fork.status_code, fork.json().get("message", "")]
+    finally:
+        got["stopped"] = await asyncio.to_thread(server.stop)
+    return got
+
+
+async def loss(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    got: dict[str, Any] = {}
+    backend = RayBackend(num_cpus=1, lost_after=3)
+    async with AsyncSession(root, backend=backend, timeout=120) as session:
+        await session.execute("x = 1")
+        lost_node = backend.node["node_id"]
+        kernel_pid = backend.node["kernel_pid"]
+        got["lost_node"] = lost_node
+        running = await session.execute("import time\ntime.sleep(100)", background=True)
+        await asyncio.sleep(1)
+        victim = info.worker_nodes[info.workers.index(lost_node)]
+        clock = time.monotonic()
+        await asyncio.to_thread(info.cluster.remove_node, victim)
+        result = await running.wait(120)
+        got["seconds"] = round(time.monotonic() - clock, 2)
+        assert result is not None
+        got["status"], got["message"] = result.status, result.message or ""
+        got["kernel_gone"] = await _ended([kernel_pid], 30)
+        following = await session.execute("print(1 + 1)")
+        got["next_status"] = following.status
+        got["next_message"] = following.message or ""
+        got["next_node"] = backend.node["node_id"]
+        got["x_after"] = (await session.execute("x")).error is not None  # the state is gone
+    return got
+
+
+async def frozen(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    """A node host that stops answering (SIGSTOP: a hung node, or one cut off)."""
+    got: dict[str, Any] = {}
+    backend = RayBackend(num_cpus=1, lost_after=3)
+    async with AsyncSession(root, backend=backend, timeout=120, auto_restart=False) as session:
+        await session.execute("x = 1")
+        host_pid, kernel_pid = backend.node["host_pid"], backend.node["kernel_pid"]
+        running = await session.execute("import time\ntime.sleep(100)", background=True)
+        await asyncio.sleep(1)
+        os.kill(host_pid, signal.SIGSTOP)
+        clock = time.monotonic()
+        result = await running.wait(120)
+        got["seconds"] = round(time.monotonic() - clock, 2)
+        assert result is not None
+        got["status"], got["message"] = result.status, result.message or ""
+        # The backend had Ray kill the host: its kernel ends with it.
+        got["ended"] = await _ended([host_pid, kernel_pid], 30)
+    return got
+
+
+async def _ended(pids: list[int], within: float) -> bool:
+    clock = time.monotonic()
+    while any(_running(pid) for pid in pids):
+        if time.monotonic() - clock > within:
+            return False
+        await asyncio.sleep(0.2)
+    return True
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not a zombie) of this namespace's machine."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
