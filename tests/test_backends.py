@@ -11,6 +11,8 @@ local kernels, and a real container on a real Docker engine.
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -143,3 +145,29 @@ async def test_a_fork_carries_the_state_on_every_backend(
         assert answer.stdout == "3.142 2.0\n", answer.text
         await fork.execute("saved['pi'] = 0")
     assert (await ksession.execute("print(saved['pi'])")).stdout == "3.142\n"
+
+
+@pytest.mark.parametrize("zygote", [False, True])
+def test_a_kernel_started_from_a_thread_blocking_sigint_can_be_interrupted(
+    zygote: bool, tmp_path: Path
+) -> None:
+    # Ray's worker threads block SIGINT, and a signal mask survives fork and exec: the
+    # kernel unblocks it itself, so a timeout interrupts it and its state is kept.
+    script = (
+        "import signal, threading, kernelexec\n"
+        "found = []\n"
+        "def run():\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})\n"
+        "    with kernelexec.Session({!r}, zygote={!r}, sandbox=False) as s:\n"
+        "        s.execute('x = 41')\n"
+        "        found.append(s.execute('while True:\\n    pass', timeout=2).status)\n"
+        "        found.append(s.execute('print(x + 1)').stdout.strip())\n"
+        "thread = threading.Thread(target=run)\n"
+        "thread.start(); thread.join()\n"
+        "print(found)\n"
+    ).format(str(tmp_path / "work"), zygote)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['timeout', '42']", done.stdout

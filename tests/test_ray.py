@@ -13,6 +13,9 @@ turn, recording what it saw; the tests below read the record. Parts:
   the cluster's capacity; a warm node starts a kernel fast.
 - ``hostile``: a contained kernel on a node reaches neither Ray's control
   plane (the GCS port) nor this driver; a huge message is dropped on the node.
+- ``shared``: with work dirs on storage every node mounts, checkpoint, fork,
+  restore on another node, and a server's files, fork and suspend work.
+- ``serve``, ``mcp``: ``--ray`` servers run every session on the cluster.
 - ``ownership``: a driver that is killed takes its node hosts and kernels
   with it (Ray's ownership), with no sweeper of ours.
 - ``loss``: a node taken away mid-execution gives ``kernel_died`` with
@@ -145,6 +148,8 @@ def test_with_shared_work_dirs_checkpoint_fork_and_restore_work_on_any_node(
     assert parent_node == got["zones"]["a"] and restored_node == got["zones"]["b"], got
     assert got["fork"] == ["42", "41", "checkpoint", True] and got["fork_file"], got
     assert "w.txt" in got["server_files"] and got["server_fork"] == 201, got
+    suspended, resumed, said = got["suspend"]
+    assert suspended and resumed == "42" and "restored" in said, got
     assert got["server_stopped"] == 0, got
 
 
@@ -161,6 +166,12 @@ def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> 
     assert refused["docker"][0] in (403, 422), refused
     assert got["fork"][0] in (409, 422) and "--ray-shared-work-root" in got["fork"][1], got
     assert got["stopped"] == 0, got
+
+
+def test_mcp_ray_runs_its_sessions_on_the_cluster(record: dict[str, Any]) -> None:
+    got = part(record, "mcp")
+    assert not got["error"] and "42" in got["text"], got
+    assert "kx-node-" in got["text"], got  # the kernel's folder is its node host's
 
 
 def test_a_lost_node_is_an_answer_within_seconds_and_the_next_run_moves(
@@ -207,6 +218,7 @@ def cluster_scenario(info: ClusterInfo) -> dict[str, Any]:
         ("ownership", lambda: ownership(root / "ownership", info)),
         ("shared", lambda: shared(root / "shared", info)),
         ("serve", lambda: serve(root / "serve", info)),
+        ("mcp", lambda: mcp(root / "mcp", info)),
         ("loss", lambda: loss(root / "loss", info)),
         ("frozen", lambda: frozen(root / "frozen", info)),
     ]
@@ -390,7 +402,7 @@ async def ownership(root: Path, info: ClusterInfo) -> dict[str, Any]:
 async def shared(root: Path, info: ClusterInfo) -> dict[str, Any]:
     """Work dirs on storage every node mounts (here: the one machine's): the kernel runs in
     the caller's work dir, so checkpoint, fork and restore work, on any node."""
-    from _serverproc import ServerProcess
+    from _serverproc import ServerProcess, wait_for
 
     got: dict[str, Any] = {}
     zone = {"a": info.workers[0], "b": info.workers[1]}
@@ -419,11 +431,24 @@ async def shared(root: Path, info: ClusterInfo) -> dict[str, Any]:
             got["fork_file"] = (root / "fork" / "k.txt").exists()
     got["zones"] = zone
     server = await asyncio.to_thread(
-        ServerProcess, root / "server", "--ray", info.address, "--ray-shared-work-root"
+        ServerProcess,
+        root / "server",
+        "--ray",
+        info.address,
+        "--ray-shared-work-root",
+        "--idle-timeout",
+        "3",
     )
     try:
         made_id = await asyncio.to_thread(server.create)
-        await asyncio.to_thread(server.execute, made_id, "open('w.txt', 'w').write('hi')")
+        await asyncio.to_thread(server.execute, made_id, "x = 41\nopen('w.txt', 'w').write('hi')")
+        # Idle past --idle-timeout: suspended (checkpointed, kernel shut down); the next
+        # execution restores it into a new kernel wherever Ray puts it.
+        suspended = await asyncio.to_thread(
+            wait_for, lambda: server.state(made_id)["state"] == "suspended", 60
+        )
+        resumed = await asyncio.to_thread(server.execute, made_id, "print(x + 1)")
+        got["suspend"] = [suspended, resumed["stdout"].strip(), resumed.get("message") or ""]
         listed = await asyncio.to_thread(server.http.get, f"/sessions/{made_id}/files")
         got["server_files"] = [f["path"] for f in listed.json().get("files", [])]
         forked = await asyncio.to_thread(server.http.post, f"/sessions/{made_id}/fork", json={})
@@ -462,6 +487,18 @@ async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
         got["fork"] = [fork.status_code, fork.json().get("message", "")]
     finally:
         got["stopped"] = await asyncio.to_thread(server.stop)
+    return got
+
+
+async def mcp(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    """``kernelexec mcp --ray``: an MCP client's sessions run on the cluster's nodes."""
+    from _mcpclient import stdio_mcp, texts
+
+    got: dict[str, Any] = {}
+    code = "import os\nprint(6 * 7, os.getcwd())"
+    async with stdio_mcp(root / "root", "--ray", info.address) as client:
+        ran = await client.call_tool("execute_code", {"code": code})
+        got["error"], got["text"] = ran.is_error, texts(ran)
     return got
 
 

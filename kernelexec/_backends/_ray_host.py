@@ -95,10 +95,8 @@ class NodeHost:
         the start, saying what it lacks.
         """
         began = time.perf_counter()
-        # Ray's worker threads block SIGINT, and a signal mask survives fork and exec:
-        # kernels (and the zygote) started from this thread would never see an
-        # interrupt, and every timeout would end in a restart. Unblocked here, in the
-        # thread that starts them, before the first one.
+        # Ray's worker threads block SIGINT; the kernel unblocks it itself (boot.py),
+        # and so does this thread, for the zygote and supervisors it starts.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         kernel_id = uuid.uuid4().hex
         if work_dir is None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import sys
 from types import ModuleType
 from typing import Any
@@ -112,6 +113,10 @@ def start_app(after_init: Any = None) -> None:
     old app unwound, and runs a new app around the old shell; ``after_init``
     is then called with the new app before it starts.
     """
+    # A signal mask is inherited through fork and exec: a kernel started from a
+    # thread that blocks SIGINT (Ray's workers block it; so may a library user's
+    # thread) would never see an interrupt, and every timeout would end in a restart.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
         from ipykernel import kernelapp
     except ImportError:
