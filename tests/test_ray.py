@@ -20,7 +20,7 @@ turn, recording what it saw; the tests below read the record. Parts:
   with it (Ray's ownership), with no sweeper of ours.
 - ``loss``: a node taken away mid-execution gives ``kernel_died`` with
   "node lost" within seconds; the session's next execution runs on the
-  other node, without the state.
+  other node, with the variables of its recovery checkpoint (``checkpoint_every``).
 - ``frozen``: a node host that stops answering (stopped with SIGSTOP) counts
   as lost ``lost_after`` seconds past a poll's wait; Ray kills it, and its
   kernel ends.
@@ -181,7 +181,8 @@ def test_a_lost_node_is_an_answer_within_seconds_and_the_next_run_moves(
     assert got["status"] == "kernel_died" and "node lost" in got["message"], got
     assert got["seconds"] < 15, got
     assert got["next_status"] == "ok" and got["next_node"] != got["lost_node"], got
-    assert "state" in got["message"] and got["x_after"] and got["kernel_gone"], got
+    assert "come back in the new kernel" in got["message"] and got["kernel_gone"], got
+    assert "recovery checkpoint" in got["next_message"] and got["x_after"] == "1", got
 
 
 def test_a_host_that_stops_answering_counts_as_lost_and_is_ended(record: dict[str, Any]) -> None:
@@ -504,8 +505,8 @@ async def mcp(root: Path, info: ClusterInfo) -> dict[str, Any]:
 
 async def loss(root: Path, info: ClusterInfo) -> dict[str, Any]:
     got: dict[str, Any] = {}
-    backend = RayBackend(num_cpus=1, lost_after=3)
-    async with AsyncSession(root, backend=backend, timeout=120) as session:
+    backend = RayBackend(num_cpus=1, lost_after=3, shared_work_dirs=True)
+    async with AsyncSession(root, backend=backend, timeout=120, checkpoint_every=0.01) as session:
         await session.execute("x = 1")
         lost_node = backend.node["node_id"]
         kernel_pid = backend.node["kernel_pid"]
@@ -524,7 +525,8 @@ async def loss(root: Path, info: ClusterInfo) -> dict[str, Any]:
         got["next_status"] = following.status
         got["next_message"] = following.message or ""
         got["next_node"] = backend.node["node_id"]
-        got["x_after"] = (await session.execute("x")).error is not None  # the state is gone
+        # The recovery checkpoint (checkpoint_every) came back on the other node.
+        got["x_after"] = (await session.execute("print(x)")).stdout.strip()
     return got
 
 

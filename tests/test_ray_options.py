@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _serverproc import free_port
 
-from kernelexec import ConfigurationError, RayBackend
+from kernelexec import AsyncSession, ConfigurationError, RayBackend
 from kernelexec._server._ray_options import RayPolicy
 
 
@@ -31,6 +31,12 @@ def test_a_backend_holds_what_it_is_told_and_refuses_nonsense() -> None:
     ):
         with pytest.raises(ConfigurationError, match=said):
             RayBackend(**wrong)  # type: ignore[arg-type]
+
+
+def test_recovery_checkpoints_need_shared_work_dirs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="shared_work_dirs=True"):
+        AsyncSession(tmp_path / "a", backend=RayBackend(), checkpoint_every=60)
+    AsyncSession(tmp_path / "b", backend=RayBackend(shared_work_dirs=True), checkpoint_every=60)
 
 
 def test_a_clients_ray_option_is_held_to_the_operators_caps() -> None:

@@ -139,6 +139,11 @@ class RayBackend:
         self._lost: str | None = None  # why the node counts as lost
         self._reason: str | None = None
 
+    @property
+    def checkpoints(self) -> bool:
+        """Whether this kernel can be checkpointed: its work dir is the caller's (shared)."""
+        return self.shared_work_dirs
+
     def fresh(self) -> RayBackend:
         """A new, unstarted backend with the same settings (a restored fork's)."""
         other = RayBackend(self.address, **self._settings)

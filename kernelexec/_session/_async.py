@@ -99,6 +99,13 @@ class AsyncSession:
             cannot be had; False: not contained
             (``docs/features/containment.md``). A pool's sessions take the
             pool's. ``session.sandbox`` says the policy in force.
+        checkpoint_every: seconds; after an execution, once this long has
+            passed since the last, the kernel's variables are checkpointed to
+            a private folder (never the work dir, where the kernel's code could
+            forge one), and a kernel that dies (a crash,
+            its memory limit, a lost Ray node) is given them back in the new
+            kernel at the next execution, which says so. None (the default):
+            a dead kernel's state is gone.
 
     Raises:
         ConfigurationError: a setting is unusable (a timeout that is not
@@ -133,9 +140,16 @@ class AsyncSession:
         venv: str | Path | None = None,
         zygote: bool | None = None,
         sandbox: Sandbox | bool | None = None,
+        checkpoint_every: float | None = None,
     ) -> None:
         if not timeout > 0 or not interrupt_grace > 0:
             raise ConfigurationError("timeout and interrupt_grace must be positive seconds")
+        if checkpoint_every is not None and (
+            isinstance(checkpoint_every, bool)
+            or not isinstance(checkpoint_every, (int, float))
+            or not checkpoint_every > 0
+        ):
+            raise ConfigurationError("checkpoint_every is None or a number of seconds > 0")
         if backend is not None and pool is not None:
             raise ConfigurationError(
                 "give a session backend= or pool=, not both: a pool's kernels are local "
@@ -179,6 +193,11 @@ class AsyncSession:
         self._backend: KernelBackend = backend or local_backend(
             config, config.python, zygote=zygote, startup_timeout=startup_timeout
         )
+        if checkpoint_every is not None and not getattr(self._backend, "checkpoints", True):
+            raise ConfigurationError(
+                "checkpoint_every needs a kernel that can be checkpointed; this one's work dir "
+                "is its Ray node's own (RayBackend(shared_work_dirs=True) shares the session's)"
+            )
         # The host's own cap on every message the kernel sends, wherever it runs.
         self._backend.max_message_bytes = config.limits.max_message_bytes
         # The kernel cuts outputs to the byte caps before sending them.
@@ -201,6 +220,10 @@ class AsyncSession:
         self._running = False
         self._closed = False
         self._dead: str | None = None  # why the kernel is down, when auto_restart is off
+        self._checkpoint_every = checkpoint_every
+        self._recovery_at = 0.0  # when the last recovery checkpoint was made (monotonic)
+        self._recover = False  # a dead kernel's replacement is to get the recovery checkpoint
+        self._recovery_root: Path | None = None  # the private folder holding it
         self.replay_report: ReplayReport | None = None  # set by from_transcript
         self.fork_report: ForkReport | None = None  # set by fork
         self.restore_report: RestoreReport | None = None  # set by restore
@@ -444,6 +467,7 @@ class AsyncSession:
             await self._backend.interrupt()
         async with self._lock:
             self._dead = None
+            self._recover = False  # a restart asked for is a fresh kernel
             await await_pending_restart(self)
             if keep_state and self._kernel_up and await self._backend.is_alive():
                 return await restart_keeping_state(self)

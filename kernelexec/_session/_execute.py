@@ -26,6 +26,7 @@ from .._execution._models import ExecutionResult, Status
 from .._execution._reducer import ExecutionReducer, Folded
 from .._execution._run import Outcome, run_code
 from ._lifecycle import STATE_LOST, ensure_kernel, revive_if_dead, schedule_restart
+from ._recovery import after_execution, on_death, recover
 from ._transcript import code_cell, note_cell
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ async def _execute(
     revived = await revive_if_dead(session)
     if session._dead is not None:
         return _kernel_down(session._dead, language)
+    recovered = await recover(session)
     stem = f"{session._seq:04d}"
     source = kernel_source(code, language)
     spill_notes: list[str] = []
@@ -117,9 +119,15 @@ async def _execute(
         session._running = False
     status, notes, restarted = _judge(session, outcome, timeout)
     notes.extend(spill_notes)
+    if recovered:
+        notes.insert(0, recovered)
     if revived:
         notes.insert(0, revived)
         restarted = True
+    if status in ("ok", "error"):
+        failed = await after_execution(session)
+        if failed is not None:
+            notes.append(failed)
     folded = outcome.reducer.finish()
     if status in ("ok", "error"):  # a shell command's failure prints, and is "ok"
         note = _contained(session, source, folded)
@@ -198,7 +206,8 @@ def _judge(
             if session.auto_restart
             else "Call restart() to start a new kernel."
         )
-        notes.append(f"The kernel died ({reason}) while running this code; {STATE_LOST}. {then}")
+        lost = on_death(session, STATE_LOST)
+        notes.append(f"The kernel died ({reason}) while running this code; {lost}. {then}")
         session._kernel_up = False
         if session.auto_restart:
             schedule_restart(session)

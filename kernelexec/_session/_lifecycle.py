@@ -22,6 +22,7 @@ from .._backends import LocalBackend
 from .._exceptions import ConfigurationError
 from .._venvs._venv import ensure_env
 from ._pool import KernelConfig
+from ._recovery import discard, on_death
 from ._transcript import note_cell
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ async def close_session(session: AsyncSession) -> None:
             await restarting
     await session._backend.shutdown()
     session._kernel_up = False
+    discard(session)
     await session._transcript.flush()
 
 
@@ -121,7 +123,8 @@ async def revive_if_dead(session: AsyncSession) -> str | None:
     if await backend.is_alive():
         return None
     reason = backend.exit_reason() or "cause unknown"
-    said = f"The kernel had died since the last execution ({reason}); {STATE_LOST}."
+    lost = on_death(session, STATE_LOST)
+    said = f"The kernel had died since the last execution ({reason}); {lost}."
     if not session.auto_restart:
         session._dead = said
         return None

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._backends import DockerBackend, LocalBackend, RayBackend
+from .._backends import DockerBackend, LocalBackend
 from .._exceptions import (
     CheckpointError,
     ConfigurationError,
@@ -52,8 +52,7 @@ def kernel_dir(session: AsyncSession) -> str:
 
 def check_checkpointable(session: AsyncSession) -> None:
     """Refuses, saying why, a checkpoint of a kernel whose files this machine cannot reach."""
-    backend = session._backend
-    if isinstance(backend, RayBackend) and not backend.shared_work_dirs:
+    if not getattr(session._backend, "checkpoints", True):
         raise CheckpointError(
             "this kernel runs in a folder of its Ray node's own, out of this machine's reach, "
             "so it cannot be checkpointed, forked or restarted keeping its state: give "
@@ -96,6 +95,7 @@ def _fork_options(session: AsyncSession) -> dict[str, Any]:
         "auto_restart": session.auto_restart,
         "notebook": session.notebook_path.name,
         "startup_timeout": session._startup_timeout,
+        "checkpoint_every": session._checkpoint_every,
     }
 
 

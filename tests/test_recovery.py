@@ -1,0 +1,98 @@
+"""Recovery checkpoints: with ``checkpoint_every``, a kernel that dies gets its variables back.
+
+The kernel dies for real (``os._exit`` in a cell, or SIGKILL from outside
+between executions); the next execution runs in a new kernel holding what the
+last recovery checkpoint held. A Ray node lost under a session is the same
+path (tests/test_ray.py). The kernel attacks the checkpoint too: it cannot
+reach or forge it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from kernelexec import AsyncSession, ConfigurationError
+
+
+async def test_a_kernel_that_dies_mid_execution_comes_back_with_its_variables(
+    tmp_path: Path,
+) -> None:
+    async with AsyncSession(tmp_path, checkpoint_every=0.01, sandbox=False) as session:
+        await session.execute("import json\nx = 41\nclass Point:\n    z = 1\np = Point()")
+        died = await session.execute("import os\nos._exit(3)")
+        assert died.status == "kernel_died"
+        assert "come back in the new kernel" in (died.message or ""), died.message
+        after = await session.execute("print(x + 1, p.z, json.dumps([1]))")
+        assert after.stdout.strip() == "42 1 [1]", after
+        assert "recovery checkpoint" in (after.message or ""), after.message
+        # Said in the transcript too, and the kernel went on working.
+        await session.flush()
+        text = session.notebook_path.read_text()
+        assert "its state recovered" in text
+        assert (await session.execute("print(x)")).stdout.strip() == "41"
+
+
+async def test_variables_after_the_last_checkpoint_are_lost_and_a_restart_asked_loads_none(
+    tmp_path: Path,
+) -> None:
+    async with AsyncSession(tmp_path, checkpoint_every=3600, sandbox=False) as session:
+        await session.execute("x = 1")  # the first execution checkpoints
+        await session.execute("y = 2")  # not due for an hour: not in the checkpoint
+        pid = session.kernel_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # between executions
+        after = await session.execute("print(x)\nprint(y)")
+        assert after.stdout.strip() == "1" and after.error is not None, after
+        assert after.error.ename == "NameError" and "recovery checkpoint" in (after.message or "")
+        await session.restart()  # asked for: a fresh kernel
+        fresh = await session.execute("x")
+        assert fresh.error is not None and fresh.error.ename == "NameError"
+
+
+async def test_without_checkpoint_every_a_dead_kernels_state_is_gone(tmp_path: Path) -> None:
+    async with AsyncSession(tmp_path, sandbox=False) as session:
+        await session.execute("x = 1")
+        died = await session.execute("import os\nos._exit(3)")
+        assert "all earlier state" in (died.message or "")
+        assert (await session.execute("x")).error is not None
+
+
+async def test_the_kernel_can_neither_find_nor_forge_its_recovery_checkpoint(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not the kernel's")
+    work = tmp_path / "work"
+    async with AsyncSession(work, checkpoint_every=0.01) as session:
+        await session.execute("x = 41")
+        root = session._recovery_root
+        assert root is not None and not root.is_relative_to(work)
+        assert oct(root.stat().st_mode & 0o777) == "0o700"
+        # Where a checkpoint would sit in the work dir, the kernel plants a link to a
+        # folder of the host's and a forged manifest: nothing of it is read.
+        planted = await session.execute(
+            "import os, json\n"
+            "os.makedirs('checkpoints', exist_ok=True)\n"
+            f"os.symlink({str(outside)!r}, 'checkpoints/recovery')\n"
+            "x = 99"
+        )
+        assert planted.status == "ok"
+        await session.execute("import os\nos._exit(1)")
+        back = await session.execute("print(x)")
+        assert back.stdout.strip() == "99", back  # the latest checkpoint, ours
+        probe = await session.execute(
+            "import pathlib\nprint(sorted(p.name for p in pathlib.Path('.').rglob('secret.txt')))"
+        )
+        assert probe.stdout.strip() == "[]", probe
+    assert not root.exists()  # removed with the session
+
+
+def test_checkpoint_every_is_checked() -> None:
+    for wrong in (0, -1, True, "60"):
+        with pytest.raises(ConfigurationError, match="checkpoint_every"):
+            AsyncSession(checkpoint_every=wrong)  # type: ignore[arg-type]
