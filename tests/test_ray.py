@@ -148,8 +148,8 @@ def test_with_shared_work_dirs_checkpoint_fork_and_restore_work_on_any_node(
     assert parent_node == got["zones"]["a"] and restored_node == got["zones"]["b"], got
     assert got["fork"] == ["42", "41", "checkpoint", True] and got["fork_file"], got
     assert "w.txt" in got["server_files"] and got["server_fork"] == 201, got
-    suspended, resumed, said = got["suspend"]
-    assert suspended and resumed == "42" and "restored" in said, got
+    suspended, resumed = got["suspend"]
+    assert suspended and resumed == "42", got  # x came back from the suspend's checkpoint
     assert got["server_stopped"] == 0, got
 
 
@@ -449,7 +449,7 @@ async def shared(root: Path, info: ClusterInfo) -> dict[str, Any]:
             wait_for, lambda: server.state(made_id)["state"] == "suspended", 60
         )
         resumed = await asyncio.to_thread(server.execute, made_id, "print(x + 1)")
-        got["suspend"] = [suspended, resumed["stdout"].strip(), resumed.get("message") or ""]
+        got["suspend"] = [suspended, resumed["stdout"].strip()]
         listed = await asyncio.to_thread(server.http.get, f"/sessions/{made_id}/files")
         got["server_files"] = [f["path"] for f in listed.json().get("files", [])]
         forked = await asyncio.to_thread(server.http.post, f"/sessions/{made_id}/fork", json={})
@@ -497,6 +497,7 @@ async def mcp(root: Path, info: ClusterInfo) -> dict[str, Any]:
 
     got: dict[str, Any] = {}
     code = "import os\nprint(6 * 7, os.getcwd())"
+    root.mkdir(parents=True)
     async with stdio_mcp(root / "root", "--ray", info.address) as client:
         ran = await client.call_tool("execute_code", {"code": code})
         got["error"], got["text"] = ran.is_error, texts(ran)

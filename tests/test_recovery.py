@@ -14,6 +14,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from _serverproc import wait_for
 
 from kernelexec import AsyncSession, ConfigurationError
 
@@ -21,7 +22,7 @@ from kernelexec import AsyncSession, ConfigurationError
 async def test_a_kernel_that_dies_mid_execution_comes_back_with_its_variables(
     tmp_path: Path,
 ) -> None:
-    async with AsyncSession(tmp_path, checkpoint_every=0.01, sandbox=False) as session:
+    async with AsyncSession(tmp_path, checkpoint_every=1e-6, sandbox=False) as session:
         await session.execute("import json\nx = 41\nclass Point:\n    z = 1\np = Point()")
         died = await session.execute("import os\nos._exit(3)")
         assert died.status == "kernel_died"
@@ -42,9 +43,11 @@ async def test_variables_after_the_last_checkpoint_are_lost_and_a_restart_asked_
     async with AsyncSession(tmp_path, checkpoint_every=3600, sandbox=False) as session:
         await session.execute("x = 1")  # the first execution checkpoints
         await session.execute("y = 2")  # not due for an hour: not in the checkpoint
-        pid = session.kernel_pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)  # between executions
+        # Between executions: the kernel's own process, killed, and gone for good.
+        pid = int((await session.execute("import os\nprint(os.getpid())")).stdout)
+        supervisor = session.kernel_pid
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: not running(pid) and not running(supervisor), 60)
         after = await session.execute("print(x)\nprint(y)")
         assert after.stdout.strip() == "1" and after.error is not None, after
         assert after.error.ename == "NameError" and "recovery checkpoint" in (after.message or "")
@@ -68,7 +71,7 @@ async def test_the_kernel_can_neither_find_nor_forge_its_recovery_checkpoint(
     outside.mkdir()
     (outside / "secret.txt").write_text("not the kernel's")
     work = tmp_path / "work"
-    async with AsyncSession(work, checkpoint_every=0.01) as session:
+    async with AsyncSession(work, checkpoint_every=1e-6) as session:
         await session.execute("x = 41")
         root = session._recovery_root
         assert root is not None and not root.is_relative_to(work)
@@ -90,6 +93,14 @@ async def test_the_kernel_can_neither_find_nor_forge_its_recovery_checkpoint(
         )
         assert probe.stdout.strip() == "[]", probe
     assert not root.exists()  # removed with the session
+
+
+def running(pid: int | None) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, TypeError):
+        return False
 
 
 def test_checkpoint_every_is_checked() -> None:

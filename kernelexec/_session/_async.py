@@ -21,6 +21,7 @@ from .._state._fork import ForkMethod, ForkReport
 from .._state._manifest import Checkpoint, RestoreReport
 from .._state._variables import Variable, VariableDetail, inspect_variable, list_variables
 from . import _execute
+from ._checkpointing import checkpoint_now
 from ._lifecycle import (
     STATE_LOST,
     await_pending_restart,
@@ -33,7 +34,6 @@ from ._lifecycle import (
 from ._pool import KernelConfig, KernelPool
 from ._replay import ReplayReport
 from ._state import (
-    checkpoint_now,
     fork_session,
     replay_session,
     restart_keeping_state,

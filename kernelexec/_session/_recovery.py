@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from .._exceptions import CheckpointError, KernelexecError
 from .._state._manifest import Checkpoint, note
 from .._state._restore import load_into
+from ._checkpointing import checkpoint_now, kernel_dir
 from ._transcript import note_cell
 
 if TYPE_CHECKING:
@@ -71,8 +72,6 @@ async def after_execution(session: AsyncSession) -> str | None:
         return None
     folder = _folder(session)
     fresh = folder.with_name(f".{RECOVERY}-{secrets.token_hex(6)}")
-    from ._state import checkpoint_now  # _state imports this module's callers
-
     try:
         await checkpoint_now(session, fresh, False, 300.0, 30.0)
     except (KernelexecError, OSError) as exc:
@@ -115,8 +114,6 @@ async def recover(session: AsyncSession) -> str | None:
     saved = _saved(session)
     if saved is None:
         return "The recovery checkpoint is gone: the new kernel starts empty."
-    from ._state import kernel_dir
-
     try:
         report = await load_into(
             session._backend,

@@ -17,17 +17,18 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._backends import DockerBackend, LocalBackend
+from .._backends import LocalBackend
 from .._exceptions import (
     CheckpointError,
     ConfigurationError,
     KernelStartError,
     SessionBusyError,
 )
-from .._state import _checkpoint, _disk
+from .._state import _disk
 from .._state._fork import FORK_METHODS, ForkMethod, ForkReport, copy_files
 from .._state._manifest import Checkpoint, RestoreReport, note
 from .._state._restore import copy_files_out, load_into
+from ._checkpointing import check_checkpointable, checkpoint_now, kernel_dir
 from ._lifecycle import STATE_LOST, ensure_kernel, prepare_work_dir
 from ._replay import read_code_cells, replay_into
 from ._transcript import note_cell
@@ -36,54 +37,11 @@ if TYPE_CHECKING:
     from ._async import AsyncSession
 
 __all__ = [
-    "checkpoint_now",
     "fork_session",
-    "kernel_dir",
     "replay_session",
     "restart_keeping_state",
     "restore_session",
 ]
-
-
-def kernel_dir(session: AsyncSession) -> str:
-    """The work dir as the session's kernel sees it."""
-    return "/workspace" if isinstance(session._backend, DockerBackend) else str(session.work_dir)
-
-
-def check_checkpointable(session: AsyncSession) -> None:
-    """Refuses, saying why, a checkpoint of a kernel whose files this machine cannot reach."""
-    if not getattr(session._backend, "checkpoints", True):
-        raise CheckpointError(
-            "this kernel runs in a folder of its Ray node's own, out of this machine's reach, "
-            "so it cannot be checkpointed, forked or restarted keeping its state: give "
-            "RayBackend(shared_work_dirs=True) with work dirs on storage every node mounts "
-            "(kernelexec serve: --ray-shared-work-root)"
-        )
-
-
-async def checkpoint_now(
-    session: AsyncSession,
-    path: str | Path | None,
-    files: bool,
-    timeout: float,
-    variable_timeout: float,
-    *,
-    max_bytes: int | None = None,
-) -> Checkpoint:
-    """Checkpoints the session's kernel (and files); the session's lock is held."""
-    check_checkpointable(session)
-    return await _checkpoint.take(
-        session._backend,
-        work_dir=session.work_dir,
-        kernel_dir=kernel_dir(session),
-        path=path,
-        notebook=session.notebook_path,
-        cells=session._seq,
-        files=files,
-        timeout=timeout,
-        variable_timeout=variable_timeout,
-        max_bytes=max_bytes,
-    )
 
 
 def _fork_options(session: AsyncSession) -> dict[str, Any]:
