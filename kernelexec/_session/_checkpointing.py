@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 from .._backends import DockerBackend
 from .._exceptions import CheckpointError
 from .._state import _checkpoint
-from .._state._manifest import Checkpoint
+from .._state._manifest import Checkpoint, RestoreReport
+from .._state._restore import load_into
 
 if TYPE_CHECKING:
     from ._async import AsyncSession
 
-__all__ = ["check_checkpointable", "checkpoint_now", "kernel_dir"]
+__all__ = ["check_checkpointable", "checkpoint_now", "kernel_dir", "load_back"]
 
 
 def kernel_dir(session: AsyncSession) -> str:
@@ -58,4 +59,18 @@ async def checkpoint_now(
         timeout=timeout,
         variable_timeout=variable_timeout,
         max_bytes=max_bytes,
+    )
+
+
+async def load_back(session: AsyncSession, saved: Checkpoint) -> RestoreReport:
+    """Loads a checkpoint of this session's own into its new kernel (a variable whose
+    package changed version is left behind, not refused)."""
+    return await load_into(
+        session._backend,
+        saved,
+        work_dir=session.work_dir,
+        kernel_dir=kernel_dir(session),
+        on_mismatch="skip",
+        timeout=300.0,
+        variable_timeout=30.0,
     )

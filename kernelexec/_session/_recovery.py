@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING
 
 from .._exceptions import CheckpointError, KernelexecError
 from .._state._manifest import Checkpoint, note
-from .._state._restore import load_into
-from ._checkpointing import checkpoint_now, kernel_dir
+from ._checkpointing import checkpoint_now, load_back
 from ._transcript import note_cell
 
 if TYPE_CHECKING:
@@ -115,15 +114,7 @@ async def recover(session: AsyncSession) -> str | None:
     if saved is None:
         return "The recovery checkpoint is gone: the new kernel starts empty."
     try:
-        report = await load_into(
-            session._backend,
-            saved,
-            work_dir=session.work_dir,
-            kernel_dir=kernel_dir(session),
-            on_mismatch="skip",
-            timeout=300.0,
-            variable_timeout=30.0,
-        )
+        report = await load_back(session, saved)
     except (KernelexecError, OSError) as exc:
         return f"The recovery checkpoint could not be loaded into the new kernel: {exc}"
     report = dataclasses.replace(report, checkpoint=str(saved.path))

@@ -28,7 +28,7 @@ from .._state import _disk
 from .._state._fork import FORK_METHODS, ForkMethod, ForkReport, copy_files
 from .._state._manifest import Checkpoint, RestoreReport, note
 from .._state._restore import copy_files_out, load_into
-from ._checkpointing import check_checkpointable, checkpoint_now, kernel_dir
+from ._checkpointing import check_checkpointable, checkpoint_now, kernel_dir, load_back
 from ._lifecycle import STATE_LOST, ensure_kernel, prepare_work_dir
 from ._replay import read_code_cells, replay_into
 from ._transcript import note_cell
@@ -275,15 +275,7 @@ async def restart_keeping_state(session: AsyncSession) -> RestoreReport:
         )
         await session._backend.restart()
         try:
-            report = await load_into(
-                session._backend,
-                saved,
-                work_dir=session.work_dir,
-                kernel_dir=kernel_dir(session),
-                on_mismatch="skip",
-                timeout=300.0,
-                variable_timeout=30.0,
-            )
+            report = await load_back(session, saved)
         except CheckpointError as exc:
             session._transcript.add(
                 note_cell(f"*kernelexec: kernel restarted on request; {STATE_LOST}: {exc}*")
