@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import re
 import signal
@@ -186,6 +187,30 @@ def jupyter_message(
         "content": content,
         "buffers": [],
     }
+
+
+def execute_request(code: str) -> dict[str, Any]:
+    """An execute_request as a notebook sends it over the channels WebSocket."""
+    return jupyter_message(
+        "execute_request",
+        {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+        },
+    )
+
+
+def reply_to(ws: Any, msg: dict[str, Any], msg_type: str) -> dict[str, Any]:
+    """Sends ``msg`` on a channels WebSocket; the kernel's ``msg_type`` frame answering it."""
+    ws.send(json.dumps(msg))
+    while True:
+        frame = json.loads(ws.recv())
+        parent = frame["parent_header"].get("msg_id")
+        if parent == msg["header"]["msg_id"] and frame["msg_type"] == msg_type:
+            return frame
 
 
 def descendants(pid: int) -> set[int]:

@@ -35,6 +35,7 @@ from _serverproc import (
     jupyter_message,
     kernels_below,
     peak_growth,
+    reply_to,
 )
 from conftest import process_gone
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -198,15 +199,6 @@ def test_delete_while_starting_is_a_clean_409_for_the_creator(tmp_path: Path) ->
 
 
 # -- item 11: the Jupyter channels and attached consoles cannot end an agent's kernel
-
-
-def reply_to(ws: websocket.WebSocket, msg: dict[str, Any], msg_type: str) -> dict[str, Any]:
-    ws.send(json.dumps(msg))
-    while True:
-        frame = json.loads(ws.recv())
-        parent = frame["parent_header"].get("msg_id")
-        if parent == msg["header"]["msg_id"] and frame["msg_type"] == msg_type:
-            return frame
 
 
 def test_shutdown_and_restart_over_the_channels_are_refused(

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 import websocket
 from _labproc import LabProcess
-from _serverproc import ServerProcess, free_port, jupyter_message
+from _serverproc import ServerProcess, execute_request, free_port, jupyter_message
 from jupyter_client import BlockingKernelClient
 
 
@@ -46,16 +46,7 @@ def run_over_websocket(server: ServerProcess, kernel_id: str, code: str) -> tupl
         timeout=60,
     )
     try:
-        msg = jupyter_message(
-            "execute_request",
-            {
-                "code": code,
-                "silent": False,
-                "store_history": True,
-                "user_expressions": {},
-                "allow_stdin": False,
-            },
-        )
+        msg = execute_request(code)
         ws.send(json.dumps(msg))
         stdout, status, idle = "", None, False
         while status is None or not idle:

@@ -55,6 +55,11 @@ def _refused(answer: Any, quota: str) -> None:
     assert quota in answer.json()["message"]
 
 
+def burn(seconds: float) -> str:
+    """Code that spins a CPU for ``seconds`` of its own time."""
+    return f"import time\nt = time.process_time()\nwhile time.process_time() - t < {seconds}: pass"
+
+
 def test_the_session_past_the_live_sessions_quota_is_refused(quota_server: Any) -> None:
     _, clients = quota_server
     held = clients["held"]
@@ -141,9 +146,7 @@ def test_a_busy_loop_is_stopped_within_a_second_of_passing_the_cpu_quota(
     mine = free.post("/sessions", json={}).json()["id"]
     spin = free.post(
         f"/sessions/{mine}/execute",
-        json={
-            "code": "import time\nt = time.process_time()\nwhile time.process_time() - t < 4: pass"
-        },
+        json={"code": burn(4)},
     ).json()
     assert spin["status"] == "ok"
     free.delete(f"/sessions/{mine}")
@@ -199,11 +202,10 @@ def test_code_sent_over_the_attach_websocket_is_stopped_at_the_cpu_quota_too(
 ) -> None:
     """The kernel's channels are raw protocol, around our executions: the host's CPU
     reading still sees the loop, and interrupts it."""
-    import json
     import uuid
 
     import websocket
-    from _serverproc import jupyter_message
+    from _serverproc import execute_request, reply_to
 
     server, clients = quota_server
     attacher = clients["attacher"]
@@ -214,29 +216,8 @@ def test_code_sent_over_the_attach_websocket_is_stopped_at_the_cpu_quota_too(
         timeout=60,
     )
     try:
-        code = (
-            "import time\nt = time.process_time()\n"
-            "while time.process_time() - t < 60: pass\nprint('ran to its end')"
-        )
-        msg = jupyter_message(
-            "execute_request",
-            {
-                "code": code,
-                "silent": False,
-                "store_history": True,
-                "user_expressions": {},
-                "allow_stdin": False,
-            },
-        )
-        ws.send(json.dumps(msg))
-        reply = None
-        while reply is None:
-            frame = json.loads(ws.recv())
-            if (
-                frame["parent_header"].get("msg_id") == msg["header"]["msg_id"]
-                and frame["msg_type"] == "execute_reply"
-            ):
-                reply = frame["content"]
+        code = burn(60) + "\nprint('ran to its end')"
+        reply = reply_to(ws, execute_request(code), "execute_reply")["content"]
     finally:
         ws.close()
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
