@@ -84,6 +84,21 @@ def test_a_contained_kernel_opens_the_gpus_only_when_given_them(
         assert given.execute(OPEN).stdout.strip() == "opened"
         # What NVIDIA's driver library does first: name a thread of the kernel's own.
         assert given.execute(NAME_A_THREAD).stdout.strip() == "named", "cuInit would fail"
+        # Only its own threads: not its namespace's init, not a child of its own.
+        others = given.execute(
+            "import subprocess\n"
+            "child = subprocess.Popen(['sleep', '30'])\n"
+            "found = []\n"
+            "for pid in (1, child.pid):\n"
+            "    try:\n"
+            "        open(f'/proc/{pid}/task/{pid}/comm', 'wb').write(b'x')\n"
+            "        found.append('named')\n"
+            "    except OSError as exc:\n"
+            "        found.append(type(exc).__name__)\n"
+            "child.kill()\n"
+            "print(found)"
+        )
+        assert others.stdout.strip() == "['PermissionError', 'PermissionError']", others
         # Only that: no other file of /proc is written.
         sysctl = given.execute("open('/proc/sys/vm/swappiness', 'w')")
         assert sysctl.error is not None and sysctl.error.ename == "PermissionError"
