@@ -41,6 +41,9 @@ from ._caps import DROPPED, MAX_MESSAGE_BYTES
 
 __all__ = ["RayBackend", "join"]
 
+# What a host may take for a call that does not wait on the kernel (an interrupt, a
+# shutdown), before its node counts as lost.
+_CALL_SECONDS = 30.0
 # A poll's answer says whether the kernel lives; trusted for this long after.
 _ALIVE_FOR = 1.0
 # This process's hosts, one per node (and zygote choice), made on first use.
@@ -140,6 +143,11 @@ class RayBackend:
         self._reason: str | None = None
 
     @property
+    def _reachable(self) -> bool:
+        """A kernel is running, on a node not lost."""
+        return self._kernel is not None and self._lost is None
+
+    @property
     def checkpoints(self) -> bool:
         """Whether this kernel can be checkpointed: its work dir is the caller's (shared)."""
         return self.shared_work_dirs
@@ -194,7 +202,7 @@ class RayBackend:
     async def receive(self, timeout: float) -> KernelMessage | None:
         if self._batch:
             return self._batch.popleft()
-        if self._kernel is None or self._lost is not None:
+        if not self._reachable:
             await asyncio.sleep(min(timeout, 0.05))
             return None
         answer = await self._answer(
@@ -222,7 +230,7 @@ class RayBackend:
     async def restart(self) -> None:
         """A fresh kernel in the same work dir on its node; on another node if it was lost."""
         self._batch.clear()
-        if self._kernel is None or self._lost is not None:
+        if not self._reachable:
             await self.start(cwd=self._cwd, env=self._env)
             return
         await self._answer(
@@ -238,14 +246,14 @@ class RayBackend:
         kernel, self._kernel = self._kernel, None
         self._batch.clear()
         if kernel is not None and self._lost is None:
-            await self._answer(self._host.shutdown.remote(kernel), 30 + self.lost_after)
+            await self._answer(self._host.shutdown.remote(kernel), _CALL_SECONDS + self.lost_after)
         self._release()
 
     async def ask_control(
         self, msg_type: str, content: dict[str, Any], reply: str, timeout: float
     ) -> dict[str, Any] | None:
         """A request to the kernel's boot script on its control channel (variables, no cell)."""
-        if self._kernel is None or self._lost is not None:
+        if not self._reachable:
             return None
         answer: dict[str, Any] | None = await self._answer(
             self._host.ask_control.remote(self._kernel, msg_type, content, reply, timeout),
@@ -254,7 +262,7 @@ class RayBackend:
         return answer
 
     async def is_alive(self) -> bool:
-        if self._kernel is None or self._lost is not None:
+        if not self._reachable:
             return False
         if time.monotonic() - self._alive_at < _ALIVE_FOR:
             return True
@@ -304,7 +312,7 @@ class RayBackend:
 
     async def _send(self, method: str, *args: Any) -> str:
         """A request's msg_id; a made-up one if the node is lost (the poll then says dead)."""
-        if self._kernel is not None and self._lost is None:
+        if self._reachable:
             call = getattr(self._host, method).remote(self._kernel, *args)
             msg_id = await self._answer(call, self.lost_after)
             if msg_id is not None:
@@ -312,8 +320,10 @@ class RayBackend:
         return f"lost-{uuid.uuid4().hex}"
 
     async def _quiet(self, method: str, *args: Any) -> None:
-        if self._kernel is not None and self._lost is None:
-            await self._answer(getattr(self._host, method).remote(self._kernel, *args), 30)
+        if self._reachable:
+            await self._answer(
+                getattr(self._host, method).remote(self._kernel, *args), _CALL_SECONDS
+            )
 
     async def _answer(self, call: Any, within: float) -> Any:
         """What a host call returned; None if its node is lost (``_lost`` says why)."""

@@ -20,6 +20,7 @@ A restart asked for (``restart()``) is a fresh kernel, and loads nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -84,13 +85,10 @@ async def after_execution(session: AsyncSession) -> str | None:
 def _replace(fresh: Path, folder: Path) -> None:
     """``fresh`` in ``folder``'s place; the old one removed after, never before."""
     old = folder.with_name(f".{RECOVERY}-old-{secrets.token_hex(6)}")
-    try:
+    with contextlib.suppress(FileNotFoundError):  # the first one: nothing to replace
         os.rename(folder, old)
-    except FileNotFoundError:
-        old = None  # type: ignore[assignment]
     os.rename(fresh, folder)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def on_death(session: AsyncSession, lost: str) -> str:
