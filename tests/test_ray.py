@@ -47,6 +47,7 @@ from typing import Any
 import nbformat
 import pytest
 from _raycluster import ClusterInfo, ClusterRun, ray_unavailable, run_in_cluster
+from conftest import process_gone
 from servers import unavailable
 
 from kernelexec import AsyncSession, Limits, RayBackend
@@ -386,13 +387,13 @@ async def ownership(root: Path, info: ClusterInfo) -> dict[str, Any]:
         line = await asyncio.wait_for(asyncio.to_thread(owner.stdout.readline), 120)
         node = json.loads(line)
         pids = {"host": node["host_pid"], "kernel": node["kernel_pid"]}
-        got["before"] = {name: _running(pid) for name, pid in pids.items()}
+        got["before"] = {name: not process_gone(pid) for name, pid in pids.items()}
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
         clock = time.monotonic()
-        while any(_running(pid) for pid in pids.values()) and time.monotonic() - clock < 60:
+        while any(not process_gone(pid) for pid in pids.values()) and time.monotonic() - clock < 60:
             await asyncio.sleep(0.2)
-        got["after"] = {name: _running(pid) for name, pid in pids.items()}
+        got["after"] = {name: not process_gone(pid) for name, pid in pids.items()}
         got["ended_within"] = round(time.monotonic() - clock, 2)
     finally:
         if owner.poll() is None:
@@ -553,17 +554,8 @@ async def frozen(root: Path, info: ClusterInfo) -> dict[str, Any]:
 
 async def _ended(pids: list[int], within: float) -> bool:
     clock = time.monotonic()
-    while any(_running(pid) for pid in pids):
+    while any(not process_gone(pid) for pid in pids):
         if time.monotonic() - clock > within:
             return False
         await asyncio.sleep(0.2)
     return True
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (not a zombie) of this namespace's machine."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from _serverproc import wait_for
+from conftest import process_gone
 
 from kernelexec import AsyncSession, ConfigurationError
 
@@ -47,7 +48,8 @@ async def test_variables_after_the_last_checkpoint_are_lost_and_a_restart_asked_
         pid = int((await session.execute("import os\nprint(os.getpid())")).stdout)
         supervisor = session.kernel_pid
         os.kill(pid, signal.SIGKILL)
-        assert wait_for(lambda: not running(pid) and not running(supervisor), 60)
+        assert supervisor is not None
+        assert wait_for(lambda: process_gone(pid) and process_gone(supervisor), 60)
         after = await session.execute("print(x)\nprint(y)")
         assert after.stdout.strip() == "1" and after.error is not None, after
         assert after.error.ename == "NameError" and "recovery checkpoint" in (after.message or "")
@@ -93,14 +95,6 @@ async def test_the_kernel_can_neither_find_nor_forge_its_recovery_checkpoint(
         )
         assert probe.stdout.strip() == "[]", probe
     assert not root.exists()  # removed with the session
-
-
-def running(pid: int | None) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, TypeError):
-        return False
 
 
 def test_checkpoint_every_is_checked() -> None:
