@@ -426,6 +426,30 @@ ROWS += [
 ]
 
 
+def _ray_row(title: str, value: Callable[[dict[str, Any]], float | str], unit: str) -> Row:
+    return Row(f"ray: {title}", "ray", ("kernelexec",), value, unit, full_n=20, quick_n=3)
+
+
+def _ratio(key: str, local: str, target: float) -> Callable[[dict[str, Any]], str]:
+    def value(r: dict[str, Any]) -> str:
+        ratio = _median_ms(key)(r) / _median_ms(local)(r)
+        return f"{ratio:.2f}x (target <= {target:g}x: {'met' if ratio <= target else 'missed'})"
+
+    return value
+
+
+# Issue #30 (bench/cluster.py): sessions on a Ray node and local ones in turn, one run.
+ROWS += [
+    _ray_row("the node's first session (host, zygote start) -> 1+1", _median_ms("cold"), "ms"),
+    _ray_row("session ready (create -> 1+1) p50, warm node", _median_ms("samples"), "ms"),
+    _ray_row("session ready (create -> 1+1) p50, local", _median_ms("local"), "ms"),
+    _ray_row("session ready, node / local", _ratio("samples", "local", 2), ""),
+    _ray_row("round trip x+1 p50, on the node", _median_ms("roundtrip"), "ms"),
+    _ray_row("round trip x+1 p50, local", _median_ms("roundtrip_local"), "ms"),
+    _ray_row("round trip, node / local", _ratio("roundtrip", "roundtrip_local", 1.5), ""),
+]
+
+
 def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One result from several rounds': samples pooled, other figures their median."""
     merged: dict[str, Any] = {}
@@ -452,6 +476,8 @@ def run_worker(impl: str, scenario: str, n: int) -> dict[str, Any] | str:
         script = "agent.py"
     if scenario == "contained":
         script = "contained.py"
+    if scenario == "ray":
+        script = "cluster.py"
     extra = {"fidelity": n // 10, "density": 3 * n}.get(scenario, 0)
     try:
         proc = subprocess.run(

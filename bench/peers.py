@@ -19,8 +19,9 @@ ROOT = HERE.parent
 
 ENVS: dict[str, list[str]] = {
     # pandas: the data-stack scenarios (issue #19) preload numpy, pandas and matplotlib
-    # The gateway extra: the kernelexec-gateway scenario runs `kernelexec gateway`.
-    "kernelexec": ["-e", f"{ROOT}[gateway]", "matplotlib", "numpy", "pandas", "httpx"],
+    # The gateway extra: the kernelexec-gateway scenario runs `kernelexec gateway`;
+    # the ray extra: the ray scenario (bench/cluster.py) starts a Ray cluster.
+    "kernelexec": ["-e", f"{ROOT}[gateway,ray]", "matplotlib", "numpy", "pandas", "httpx"],
     "autogen": [
         "autogen-ext[jupyter-executor]>=0.7,<0.8",
         "autogen-core>=0.7,<0.8",

@@ -59,7 +59,7 @@ HERE = Path(__file__).resolve().parent
 LOOPBACK = "127.0.0.1"
 # What each worker node has, in turn: the second has a resource and a label the first lacks.
 WORKER_NODES: list[dict[str, Any]] = [
-    {"num_cpus": 2, "labels": {"zone": "a"}},
+    {"num_cpus": 2, "num_gpus": 2, "labels": {"zone": "a"}},  # GPUs Ray counts: none real
     {"num_cpus": 2, "resources": {"special": 1}, "labels": {"zone": "b"}},
 ]
 # Ray's smallest object store is 75 MiB; the nodes hold small values only.
@@ -144,11 +144,26 @@ def run_in_cluster(
 ) -> ClusterRun:
     """Runs ``scenario`` ("module:function") in a fresh loopback-only cluster; its answer.
 
+    One cluster at a time in a test run (the README's Ray pages take the same lock):
+    two starting together on a small machine can leave a raylet unregistered past
+    the 30 s Ray waits for it.
+
     Raises:
         AssertionError: the scenario raised (its traceback is in the message),
             the script failed or ran past ``timeout``, the namespace had an
             interface other than ``lo``, or a process was left in it.
     """
+    from servers import FAVOURED, RAY_CLUSTER_LOCK, file_lock  # not by the script's own run
+
+    with file_lock(RAY_CLUSTER_LOCK):
+        return _run_in_cluster(
+            scenario, workers=workers, timeout=timeout, python=python, favoured=FAVOURED
+        )
+
+
+def _run_in_cluster(
+    scenario: str, *, workers: int, timeout: float, python: str, favoured: tuple[str, ...]
+) -> ClusterRun:
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="kxray-"))  # short: Ray's socket paths are below it
     answer_path, log_path = work / "answer.json", work / "script.log"
@@ -164,7 +179,7 @@ def run_in_cluster(
         "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
     }
     command = [
-        "unshare", "--net", "--", python, str(Path(__file__).resolve()),
+        *favoured, "unshare", "--net", "--", python, str(Path(__file__).resolve()),
         "--scenario", scenario, "--workers", str(workers), "--answer", str(answer_path),
         "--outer-namespace", outer, "--work", str(work), "--called-at", repr(time.time()),
     ]  # fmt: skip

@@ -26,6 +26,12 @@ from _serverproc import TOKEN, free_port
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 LOCKS = Path(tempfile.gettempdir()) / "kernelexec-test-locks"
+# Held while a test runs a Ray cluster: one at a time in a run (tests/_raycluster.py).
+RAY_CLUSTER_LOCK = "ray-cluster"
+# What a Ray cluster's processes start under in a test (as root): ahead of the run's
+# other work, since Ray gives a raylet a fixed 30 s to register, which its Python
+# agent's imports can take on a busy 2-core machine.
+FAVOURED = ("nice", "-n", "-10")
 
 
 def unavailable(reason: str) -> None:

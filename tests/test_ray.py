@@ -50,7 +50,7 @@ from _raycluster import ClusterInfo, ClusterRun, ray_unavailable, run_in_cluster
 from conftest import process_gone
 from servers import unavailable
 
-from kernelexec import AsyncSession, Limits, RayBackend
+from kernelexec import AsyncSession, KernelexecError, Limits, RayBackend
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -121,6 +121,31 @@ def test_ray_places_each_session_by_what_it_holds(record: dict[str, Any]) -> Non
     assert max(got["warm_starts"][1:]) < record["basics"]["cold_start"], got
 
 
+def test_a_short_cell_costs_one_call_to_the_node_and_output_still_streams(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "placement")
+    # The host answers execute with the cell's messages: no receive call after it.
+    assert got["host_calls_short_cell"] == 1, got
+    # A cell printing a line every 0.5 s: each line comes while the cell runs.
+    at = got["printing_cell_lines_at"]
+    assert len(at) >= 3 and at[0] < 0.45 and at[1] < 0.95, at
+
+
+def test_a_session_sees_the_gpus_ray_gave_it_and_no_other(record: dict[str, Any]) -> None:
+    got = part(record, "gpus")
+    gpu_node = record["workers"][0]  # WORKER_NODES: the first has two GPUs
+    assert got["nodes"] == [gpu_node, gpu_node], got
+    # Each kernel sees the one GPU its bundle holds: two sessions, two different GPUs.
+    assert sorted(got["visible"]) == ["0", "1"], got
+    assert [[v] for v in got["visible"]] == got["node_gpus"], got
+    # Contained, and still allowed the GPU devices (Sandbox(gpus=True) implied).
+    assert got["contained_with_gpus"] == [True, True], got
+    assert got["third"][0] == "KernelStartError" and "GPU=1" in got["third"][1], got
+    # Without GPUs, the kernel's CUDA sees none and its containment opens none.
+    assert got["without"] == "" and got["without_contained_gpus"] is False, got
+
+
 def test_a_contained_kernel_on_a_node_cannot_reach_ray_or_the_driver(
     record: dict[str, Any],
 ) -> None:
@@ -158,6 +183,7 @@ def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> 
     got = part(record, "serve")
     workers = record["workers"]
     assert got["stdout"] == "42" and got["node"]["node_id"] == workers[1], got
+    assert got["node"]["gpus"] == [], got  # it holds none
     assert got["options"]["ray"] == {"labels": {"zone": "b"}, "num_cpus": 1.0}, got
     assert got["sandbox"] is not None, got  # contained on its node, as a local one
     assert got["plain_node"]["node_id"] in workers, got  # no ray option: on the cluster too
@@ -217,6 +243,7 @@ def cluster_scenario(info: ClusterInfo) -> dict[str, Any]:
         ("basics", lambda: basics(root / "basics")),
         ("placement", lambda: placement(root / "placement", info)),
         ("hostile", lambda: hostile(root / "hostile", info)),
+        ("gpus", lambda: gpus(root / "gpus")),
         ("ownership", lambda: ownership(root / "ownership", info)),
         ("shared", lambda: shared(root / "shared", info)),
         ("serve", lambda: serve(root / "serve", info)),
@@ -318,8 +345,65 @@ async def placement(root: Path, info: ClusterInfo) -> dict[str, Any]:
                 await session.execute("1")
                 trips.append(time.perf_counter() - clock)
             got["round_trip_ms_p50"] = round(statistics.median(trips) * 1000, 2)
+            await _calls_and_streaming(session, got)
         await session.close()
     got["warm_starts"] = starts
+    return got
+
+
+async def _calls_and_streaming(session: AsyncSession, got: dict[str, Any]) -> None:
+    """How many calls to the node's host a short cell costs, and whether a long one
+    that prints as it goes is heard as it goes (not at its end)."""
+    backend: Any = session._backend
+    calls: list[Any] = []
+    answer = backend._answer
+
+    async def counted(call: Any, within: float) -> Any:
+        calls.append(call)
+        return await answer(call, within)
+
+    backend._answer = counted
+    await session.execute("1 + 1")
+    got["host_calls_short_cell"] = len(calls)
+    lines: list[float] = []
+    clock = time.perf_counter()
+    await session.execute(
+        "import time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.5)",
+        on_output=lambda _: lines.append(time.perf_counter() - clock),
+    )
+    got["printing_cell_lines_at"] = [round(at, 3) for at in lines]
+
+
+async def gpus(root: Path) -> dict[str, Any]:
+    """Sessions holding GPUs of the node that has two (Ray counts them; none is real here)."""
+    got: dict[str, Any] = {}
+    probe = "import os, json; print(json.dumps([os.environ.get('CUDA_VISIBLE_DEVICES')]))"
+    holders = [
+        AsyncSession(root / f"g{i}", backend=RayBackend(num_cpus=0, num_gpus=1)) for i in range(2)
+    ]
+    try:
+        for session in holders:
+            await session.start()
+        got["visible"] = [json.loads((await s.execute(probe)).stdout)[0] for s in holders]
+        got["nodes"] = [s._backend.node["node_id"] for s in holders]
+        got["node_gpus"] = [s._backend.node["gpus"] for s in holders]
+        got["contained_with_gpus"] = [s.sandbox is not None and s.sandbox.gpus for s in holders]
+        # Both GPUs held: a third session waits for one, then says none is free.
+        third = AsyncSession(
+            root / "g2", backend=RayBackend(num_cpus=0, num_gpus=1, startup_timeout=3)
+        )
+        try:
+            await third.start()
+        except KernelexecError as exc:
+            got["third"] = [type(exc).__name__, str(exc)]
+    finally:
+        for session in holders:
+            await session.close()
+    # A session that holds no GPU sees none, whatever its node has.
+    backend = RayBackend(num_cpus=1, labels={"zone": "a"})
+    async with AsyncSession(root / "none", backend=backend) as s:
+        got["without"] = json.loads((await s.execute(probe)).stdout)[0]
+        got["without_contained_gpus"] = s.sandbox is not None and s.sandbox.gpus
     return got
 
 

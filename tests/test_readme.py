@@ -75,7 +75,7 @@ from conftest import process_gone
 from jupyter_client.manager import KernelManager
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from servers import file_lock, unavailable
+from servers import FAVOURED, RAY_CLUSTER_LOCK, file_lock, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -227,6 +227,16 @@ def ray_missing() -> str | None:
     return None
 
 
+def ray_logs(home: Path, lines: int = 15) -> str:
+    """The ends of the logs of the Ray cluster a page started (under its $TMPDIR)."""
+    tails = []
+    for log in sorted((home / "tmp" / "ray").glob("session_*/logs/*")):
+        if log.name.startswith(("raylet.", "gcs_server.")) and log.is_file():
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            tails.append(f"--- {log.parent.parent.name}/{log.name}:\n" + "\n".join(text))
+    return "\n" + "\n".join(tails) if tails else ""
+
+
 def needs_mkdocs(block: Block) -> bool:
     return block.language not in PYTHON and bool(
         re.search(r"^\s*(python -m )?mkdocs\s", shell_script(block), re.M)
@@ -327,11 +337,15 @@ class Terminal:
     (8765, 8888, ...), which other programs on a test machine may hold.
     """
 
-    def __init__(self, cwd: Path, env: dict[str, str], *, own_network: bool) -> None:
+    def __init__(
+        self, cwd: Path, env: dict[str, str], *, own_network: bool, favoured: bool = False
+    ) -> None:
         bash = ["bash", "--noprofile", "--norc"]
         if own_network:
             shell = Path(__file__).with_name("_readme_shell.py")
             bash = ["unshare", "--net", "--", sys.executable, str(shell), "--loopback-then", *bash]
+        if favoured:
+            bash = [*FAVOURED, *bash]
         self.proc = subprocess.Popen(
             bash,
             stdin=subprocess.PIPE,
@@ -449,7 +463,7 @@ class PythonPrompt:
 class PageRun:
     """A reader's machine: a copy of the checkout, a terminal, a Python prompt per section."""
 
-    def __init__(self, tmp: Path, *, base_image: str | None) -> None:
+    def __init__(self, tmp: Path, *, base_image: str | None, ray: bool = False) -> None:
         self.state = tmp / "state"
         bin_dir = self.state / "bin"
         install_wrappers(bin_dir)
@@ -475,7 +489,12 @@ class PageRun:
         isolated = own_network()
         if isolated:  # pip reaches the package index from the test's own network
             env["KX_README_HOST_NETNS"] = f"/proc/{os.getpid()}/ns/net"
-        self.terminal = Terminal(self.checkout, env, own_network=isolated)
+        # A Ray page's terminal, and the cluster it starts, before the rest of the run:
+        # `ray start` gives up on its raylet after 30 s, fixed in Ray, which a raylet
+        # waiting for its Python agent to import can pass on a busy 2-core machine
+        # (measured: 28 s beside six busy loops, 8 s favoured).
+        favoured = ray and isolated  # isolated: root, who may raise a priority
+        self.terminal = Terminal(self.checkout, env, own_network=isolated, favoured=favoured)
         self.prompt: PythonPrompt | None = None
         self.prompt_section: str | None = None
 
@@ -778,8 +797,13 @@ def test_the_page_runs_as_written(path: Path, tmp_path: Path) -> None:
     # A page's servers listen on their default ports: in a network namespace of its
     # own each page has them to itself; without one, one page runs at a time.
     alone = contextlib.nullcontext() if own_network() else file_lock("readme-run")
-    with alone:
-        run = PageRun(tmp_path, base_image=base_image)
+    # One Ray cluster at a time in the whole run (tests/test_ray.py's too): two
+    # starting together on a small CI machine can leave a raylet unregistered past
+    # the 30 s `ray start` waits for it, fixed in Ray.
+    has_ray = any(needs_ray(b) for b in blocks)
+    one_cluster = file_lock(RAY_CLUSTER_LOCK) if has_ray else contextlib.nullcontext()
+    with alone, one_cluster:
+        run = PageRun(tmp_path, base_image=base_image, ray=has_ray)
         try:
             for block in blocks:
                 missing = (
@@ -794,7 +818,7 @@ def test_the_page_runs_as_written(path: Path, tmp_path: Path) -> None:
                 try:
                     output = run.run(block)
                 except BlockFailed as exc:
-                    failed = f"{exc}"
+                    failed = f"{exc}" + (ray_logs(run.home) if needs_ray(block) else "")
                 else:
                     took = time.monotonic() - started
                     print(f"== {block.where}: {kind_of(block)}, ok in {took:.1f} s")

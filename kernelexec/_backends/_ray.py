@@ -38,6 +38,7 @@ from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
 from ._base import KernelMessage
 from ._caps import DROPPED, MAX_MESSAGE_BYTES
+from ._ray_host import _FIRST_WAIT
 
 __all__ = ["RayBackend", "join"]
 
@@ -67,7 +68,10 @@ class RayBackend:
         num_cpus: CPUs the session holds in Ray's accounting (it does not pin
             the kernel to them).
         memory: bytes the session holds in Ray's accounting.
-        num_gpus: GPUs the session holds.
+        num_gpus: GPUs the session holds: Ray picks them on the node, and the
+            kernel sees those (``CUDA_VISIBLE_DEVICES``) and may use them even
+            contained (``Sandbox(gpus=True)`` is implied). A session without
+            GPUs sees none (``CUDA_VISIBLE_DEVICES`` empty).
         resources: custom resources the session holds (``{"highmem": 1}``).
         labels: node labels the node must have (``{"zone": "a"}``).
         sandbox: the kernel's containment on its node (see ``LocalBackend``):
@@ -169,7 +173,9 @@ class RayBackend:
         self._group = await self._reserve(ray)
         try:
             node_id = ray.util.placement_group_table(self._group)["bundles_to_node_id"][0]
+            gpus = await self._gpus_of(ray) if "GPU" in self.bundle else []
             self._host, self.node = await _host_on(ray, node_id, self.zygote, self.startup_timeout)
+            self.node["gpus"] = gpus
             sandbox = self.sandbox_asked
             started = await self._answer(
                 self._host.start.remote(
@@ -178,6 +184,7 @@ class RayBackend:
                     startup_timeout=self.startup_timeout,
                     sandbox=sandbox.to_dict() if isinstance(sandbox, Sandbox) else sandbox,
                     work_dir=str(cwd.resolve()) if self.shared_work_dirs else None,
+                    gpus=gpus,
                 ),
                 self.startup_timeout + self.lost_after,
             )
@@ -194,7 +201,15 @@ class RayBackend:
         self._alive_at = time.monotonic()
 
     async def execute(self, code: str, *, allow_stdin: bool) -> str:
-        return await self._send("execute", code, allow_stdin)
+        # The host answers with the request's first messages (a short cell's all).
+        if self._reachable:
+            call = self._host.execute.remote(self._kernel, code, allow_stdin)
+            answer = await self._answer(call, _FIRST_WAIT + self.lost_after)
+            if answer is not None:
+                msg_id, *batch = answer
+                self._take(*batch)
+                return str(msg_id)
+        return f"lost-{uuid.uuid4().hex}"
 
     async def request_kernel_info(self) -> str:
         return await self._send("request_kernel_info")
@@ -210,7 +225,11 @@ class RayBackend:
         )
         if answer is None:
             return None
-        messages, alive, node_now = answer
+        self._take(*answer)
+        return self._batch.popleft() if self._batch else None
+
+    def _take(self, messages: list[KernelMessage], alive: bool, node_now: float) -> None:
+        """A host's batch of messages, queued to be received, and its word on the kernel."""
         if alive:
             self._alive_at = time.monotonic()
         # A drop's time, from the node's monotonic clock into this one's (an upper bound).
@@ -219,7 +238,6 @@ class RayBackend:
             if channel == DROPPED:
                 msg["content"]["at"] += shift
         self._batch.extend(messages)
-        return self._batch.popleft() if self._batch else None
 
     async def send_input(self, value: str) -> None:
         await self._quiet("send_input", value)
@@ -309,6 +327,22 @@ class RayBackend:
             remove_placement_group(group)
             raise
         return group
+
+    async def _gpus_of(self, ray: Any) -> list[str]:
+        """The ids of the GPUs Ray gave the session's bundle, asked of a task run in it.
+
+        A bundle holds particular GPUs of its node, and a task in the bundle is
+        told which (``ray.get_gpu_ids``): the kernel is then given those, and
+        only those (``CUDA_VISIBLE_DEVICES``).
+        """
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        task = ray.remote(_visible_gpus).options(
+            num_cpus=0,
+            num_gpus=self.bundle["GPU"],
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, 0),
+        )
+        return list(await asyncio.wait_for(_awaitable(task.remote()), self.startup_timeout))
 
     async def _send(self, method: str, *args: Any) -> str:
         """A request's msg_id; a made-up one if the node is lost (the poll then says dead)."""
@@ -467,6 +501,13 @@ async def _host_on(
         "address": described.get("address"),
         "host_pid": described["pid"],
     }
+
+
+def _visible_gpus() -> list[str]:
+    """In a Ray task: the ids of the GPUs Ray gave it."""
+    import ray
+
+    return [str(gpu) for gpu in ray.get_gpu_ids()]
 
 
 def _capacity(ray: Any) -> str:

@@ -8,7 +8,8 @@ warm, so a session that lands on a warm node starts in tens of milliseconds.
 Their supervisors watch the host's process, so no kernel outlives the actor.
 
 Messages travel through the actor: ``receive`` is a long poll that answers
-with every message that has come, up to ``most``, as soon as the first has;
+with every message that has come, up to ``most``, as soon as the first has,
+and ``execute`` answers with a request's first messages too;
 each kernel's messages are already capped on this node (``_caps.py``) before
 they are decoded. The owner's side feeds them to its reducer one at a time.
 
@@ -31,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .._containment._platform import choose
 from .._containment._sandbox import Sandbox
 from .._environment import kernel_env
 from .._exceptions import KernelStartError
@@ -41,6 +43,9 @@ from ._local import LocalBackend
 __all__ = ["NodeHost"]
 
 _MOST = 256  # messages one receive answers with at most
+# How long ``execute`` waits for a request's first messages to send them with its answer:
+# a short cell's whole result; a long one's first output is this much later.
+_FIRST_WAIT = 0.025
 
 
 class NodeHost:
@@ -80,6 +85,7 @@ class NodeHost:
         startup_timeout: float = 60.0,
         sandbox: dict[str, Any] | bool | None = None,
         work_dir: str | None = None,
+        gpus: list[str] | None = None,
     ) -> dict[str, Any]:
         """Starts a kernel in a new work dir of this node's; says its id, work dir, pid and time.
 
@@ -93,6 +99,11 @@ class NodeHost:
         owner's containment: a ``Sandbox.to_dict()``, True, False, or None
         (contained where this node can); a node that cannot give it refuses
         the start, saying what it lacks.
+
+        ``gpus``: the ids of the node's GPUs Ray gave the owner's session. The
+        kernel sees those only (``CUDA_VISIBLE_DEVICES``; none when empty),
+        and a contained kernel may open the GPU devices (``Sandbox.gpus``).
+        None: the node's environment decides, as for a local kernel.
         """
         began = time.perf_counter()
         # Ray's worker threads block SIGINT; the kernel unblocks it itself (boot.py),
@@ -110,11 +121,16 @@ class NodeHost:
                     "must be mounted at the same path on every node"
                 )
             self._shared.add(kernel_id)
+        policy = Sandbox.from_dict(sandbox) if isinstance(sandbox, dict) else sandbox
+        if gpus is not None:
+            env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+            if gpus:
+                policy = _with_gpus(policy)
         backend = LocalBackend(
             startup_timeout=startup_timeout,
             zygote=self._zygote,
             max_message_bytes=max_message_bytes,
-            sandbox=Sandbox.from_dict(sandbox) if isinstance(sandbox, dict) else sandbox,
+            sandbox=policy,
         )
         try:
             await backend.start(cwd=cwd, env=kernel_env(env))
@@ -133,8 +149,34 @@ class NodeHost:
             "seconds": time.perf_counter() - began,
         }
 
-    async def execute(self, kernel_id: str, code: str, allow_stdin: bool) -> str:
-        return await self._kernel(kernel_id).execute(code, allow_stdin=allow_stdin)
+    async def execute(
+        self, kernel_id: str, code: str, allow_stdin: bool
+    ) -> tuple[str, list[KernelMessage], bool, float]:
+        """The request's msg_id, and what ``receive`` would answer next.
+
+        The first messages come with the answer: those that arrive within
+        ``_FIRST_WAIT``, or fewer once the request is done (its reply and the
+        kernel's idle status are in). A short cell so costs its owner one call
+        to this actor, not three or four.
+        """
+        backend = self._kernel(kernel_id)
+        msg_id = await backend.execute(code, allow_stdin=allow_stdin)
+        deadline = time.monotonic() + _FIRST_WAIT
+        messages: list[KernelMessage] = []
+        replied = idle = False
+        while not (replied and idle) and len(messages) < _MOST:
+            message = await backend.receive(max(0.0, deadline - time.monotonic()))
+            if message is None:
+                break
+            messages.append(message)
+            channel, msg = message
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                replied = replied or channel == "shell"
+                idle = idle or (
+                    msg.get("msg_type") == "status"
+                    and msg.get("content", {}).get("execution_state") == "idle"
+                )
+        return msg_id, messages, await backend.is_alive(), time.monotonic()
 
     async def request_kernel_info(self, kernel_id: str) -> str:
         return await self._kernel(kernel_id).request_kernel_info()
@@ -208,3 +250,9 @@ class NodeHost:
         if backend is None:
             raise KernelStartError(f"no kernel {kernel_id} on this node (it was shut down)")
         return backend
+
+
+def _with_gpus(asked: Sandbox | bool | None) -> Sandbox | bool:
+    """The containment asked for, with the GPU devices open (False stays uncontained)."""
+    chosen = choose(asked)
+    return False if chosen is None else Sandbox.from_dict({**chosen.to_dict(), "gpus": True})
