@@ -191,6 +191,9 @@ def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> 
     assert refused["too_many_cpus"][0] == 422 and "--ray-max-cpus" in refused["too_many_cpus"][1]
     assert refused["unknown_key"][0] == 422 and "cpus" in refused["unknown_key"][1], refused
     assert refused["docker"][0] in (403, 422), refused
+    # Recovery checkpoints need work dirs every node mounts: refused, saying which flag.
+    every = refused["checkpoint_every"]
+    assert every[0] == 422 and "--ray-shared-work-root" in every[1], refused
     assert got["fork"][0] in (409, 422) and "--ray-shared-work-root" in got["fork"][1], got
     assert got["stopped"] == 0, got
 
@@ -565,6 +568,7 @@ async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
             ("too_many_cpus", {"ray": {"num_cpus": 3}}),
             ("unknown_key", {"ray": {"cpus": 1}}),
             ("docker", {"docker": {}}),
+            ("checkpoint_every", {"checkpoint_every": 5}),
         ):
             answer = await asyncio.to_thread(server.http.post, "/sessions", json=body)
             refused[name] = [answer.status_code, answer.json().get("message", "")]

@@ -4,20 +4,22 @@ The kernel dies for real (``os._exit`` in a cell, or SIGKILL from outside
 between executions); the next execution runs in a new kernel holding what the
 last recovery checkpoint held. A Ray node lost under a session is the same
 path (tests/test_ray.py). The kernel attacks the checkpoint too: it cannot
-reach or forge it.
+reach or forge it. The server's and MCP's sessions take it as an option.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
-from _serverproc import wait_for
+from _mcpclient import stdio_mcp, texts
+from _serverproc import TOKEN, ServerProcess, wait_for
 from conftest import process_gone
 
-from kernelexec import AsyncSession, ConfigurationError
+from kernelexec import AsyncSession, Client, ConfigurationError, ServerError
 
 
 async def test_a_kernel_that_dies_mid_execution_comes_back_with_its_variables(
@@ -101,3 +103,41 @@ def test_checkpoint_every_is_checked() -> None:
     for wrong in (0, -1, True, "60"):
         with pytest.raises(ConfigurationError, match="checkpoint_every"):
             AsyncSession(checkpoint_every=wrong)  # type: ignore[arg-type]
+
+
+def test_checkpoint_every_is_a_session_option_of_the_server_and_its_client(
+    tmp_path: Path,
+) -> None:
+    server = ServerProcess(tmp_path / "work")
+    try:
+        with Client(server.url, token=TOKEN) as client:
+            for wrong in (0.5, "60", True, 10**6):
+                with pytest.raises(ServerError) as refused:
+                    client.session(checkpoint_every=wrong)  # type: ignore[arg-type]
+                assert refused.value.status == 422, refused.value
+                assert "checkpoint_every is seconds from 1" in str(refused.value)
+            with client.session(checkpoint_every=1) as session:
+                assert server.state(session.id)["options"]["checkpoint_every"] == 1
+                session.execute("x = 41")  # the first execution checkpoints
+                died = session.execute("import os\nos._exit(3)")
+                assert died.status == "kernel_died", died
+                after = session.execute("print(x + 1)")
+                assert after.stdout.strip() == "42", after
+                assert "recovery checkpoint" in (after.message or ""), after.message
+    finally:
+        server.stop()
+
+
+async def test_checkpoint_every_is_an_option_of_the_mcp_create_session_tool(
+    tmp_path: Path,
+) -> None:
+    async with stdio_mcp(tmp_path / "root") as client:
+        made = await client.call_tool("create_session", {"session": "s", "checkpoint_every": 1})
+        assert not made.is_error, texts(made)
+        assert json.loads(texts(made))["options"]["checkpoint_every"] == 1
+        for code in ("x = 41", "import os\nos._exit(3)"):
+            await client.call_tool("execute_code", {"code": code, "session": "s"})
+        after = await client.call_tool("execute_code", {"code": "print(x + 1)", "session": "s"})
+        assert "42" in texts(after) and "recovery checkpoint" in texts(after), texts(after)
+        wrong = await client.call_tool("create_session", {"session": "t", "checkpoint_every": 0})
+        assert wrong.is_error and "checkpoint_every is seconds from 1" in texts(wrong)

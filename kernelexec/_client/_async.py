@@ -80,6 +80,8 @@ class AsyncClient:
         docker: Mapping[str, Any] | None = None,
         gateway: str | None = None,
         sandbox: Mapping[str, Any] | None = None,
+        ray: Mapping[str, Any] | None = None,
+        checkpoint_every: float | None = None,
         checkpoint: str | CheckpointInfo | None = None,
     ) -> OpeningSession:
         """Creates a session on the server; see ``Client.session``.
@@ -99,6 +101,8 @@ class AsyncClient:
             docker=docker,
             gateway=gateway,
             sandbox=sandbox,
+            ray=ray,
+            checkpoint_every=checkpoint_every,
         )
 
         checkpoint_id = checkpoint.id if isinstance(checkpoint, CheckpointInfo) else checkpoint

@@ -106,6 +106,8 @@ def session_options(
     docker: Mapping[str, Any] | None = None,
     gateway: str | None = None,
     sandbox: Mapping[str, Any] | None = None,
+    ray: Mapping[str, Any] | None = None,
+    checkpoint_every: float | None = None,
 ) -> dict[str, Any]:
     """The session options given, as ``POST /sessions`` takes them (None: left out)."""
     if isinstance(packages, str):
@@ -120,6 +122,8 @@ def session_options(
         "docker": dict(docker) if docker is not None else None,
         "gateway": gateway,
         "sandbox": dict(sandbox) if sandbox is not None else None,
+        "ray": dict(ray) if ray is not None else None,
+        "checkpoint_every": checkpoint_every,
     }
     return {name: value for name, value in given.items() if value is not None}
 

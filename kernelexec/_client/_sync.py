@@ -89,6 +89,8 @@ class Client:
         docker: Mapping[str, Any] | None = None,
         gateway: str | None = None,
         sandbox: Mapping[str, Any] | None = None,
+        ray: Mapping[str, Any] | None = None,
+        checkpoint_every: float | None = None,
         checkpoint: str | CheckpointInfo | None = None,
     ) -> RemoteSession:
         """Creates a session (a new kernel and work dir) on the server.
@@ -111,6 +113,12 @@ class Client:
             sandbox: the local kernel's containment, within the operator's:
                 ``{"network": True}`` (``--allow-network``), lower ``memory``
                 (bytes), ``processes``, ``open_files``.
+            ray: what the session holds on the server's Ray cluster (``--ray``):
+                ``{"num_cpus": 1, "memory": ..., "num_gpus": 1, "resources":
+                {...}, "labels": {...}}``, within the operator's caps.
+            checkpoint_every: seconds between recovery checkpoints: a kernel
+                that dies is replaced at the next execution by one holding the
+                variables of the last (``AsyncSession(checkpoint_every=...)``).
             checkpoint: a checkpoint of the server's (or its id) to start
                 from: its variables, imports and files; ``restore_report``
                 on the session says what came back.
@@ -131,6 +139,8 @@ class Client:
             docker=docker,
             gateway=gateway,
             sandbox=sandbox,
+            ray=ray,
+            checkpoint_every=checkpoint_every,
         )
         checkpoint_id = checkpoint.id if isinstance(checkpoint, CheckpointInfo) else checkpoint
         made = self._send(calls.create_made(kernel_name, env, timeout, options, checkpoint_id))

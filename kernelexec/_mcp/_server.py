@@ -119,6 +119,8 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
         docker: dict[str, Any] | None = None,
         gateway: str | None = None,
         sandbox: dict[str, Any] | None = None,
+        ray: dict[str, Any] | None = None,
+        checkpoint_every: float | None = None,
     ) -> str:
         """Makes a session with options and starts its kernel; execute_code then uses it.
 
@@ -137,6 +139,11 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
             gateway: a Jupyter gateway's URL to run the kernel on.
             sandbox: the local kernel's containment, within the operator's, e.g.
                 {"network": true} (--allow-network) or {"memory": 536870912}.
+            ray: what the session holds on the Ray cluster (--ray), e.g.
+                {"num_cpus": 1, "labels": {"zone": "a"}}; within the operator's caps.
+            checkpoint_every: seconds between recovery checkpoints of the session's
+                variables: a kernel that dies is replaced at the next execution by
+                one holding them.
         """
         options = session_options(
             python=python,
@@ -148,6 +155,8 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
             docker=docker,
             gateway=gateway,
             sandbox=sandbox,
+            ray=ray,
+            checkpoint_every=checkpoint_every,
         )
         info = await _tool(sessions.create(session, options, timeout))
         return json.dumps(info, indent=1)

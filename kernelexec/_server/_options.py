@@ -58,7 +58,12 @@ OPTION_FIELDS = (
     "gateway",
     "sandbox",
     "ray",
+    "checkpoint_every",
 )
+# A session's recovery checkpoints: at most one a second (each is a pickle of its
+# variables, written by the server's disk), at least one a day.
+MIN_CHECKPOINT_EVERY = 1
+MAX_CHECKPOINT_EVERY = 86_400
 _VENV_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 # A requirement as pip reads one: a name, extras, a version spec; no URL, path or option,
 # and no name that pip would take for an archive's file name (x-1.0.zip, X.WHL).
@@ -198,6 +203,7 @@ class SessionOptions:
     gateway: str | None = None
     sandbox: Mapping[str, Any] | None = None
     ray: Mapping[str, Any] | None = None  # the resources held on the server's Ray cluster
+    checkpoint_every: float | None = None  # seconds between recovery checkpoints
 
     @property
     def local(self) -> bool:
@@ -235,6 +241,8 @@ class SessionOptions:
             kwargs["preload"] = self.preload
         if self.limits is not None:
             kwargs["limits"] = self.limits
+        if self.checkpoint_every is not None:
+            kwargs["checkpoint_every"] = self.checkpoint_every
         backend: KernelBackend | None = None
         if policy.ray is not None:  # every kernel on the cluster, asked or not (an MCP session)
             asked = self.ray if self.ray is not None else policy.ray.parse(None)
@@ -307,9 +315,43 @@ def parse_options(data: Mapping[str, Any], policy: SessionPolicy) -> SessionOpti
                 f"this server runs every kernel on its Ray cluster (--ray): leave out "
                 f"{', '.join(elsewhere)}"
             )
+    every = _checkpoint_every(data.get("checkpoint_every"))
+    if every is not None and policy.ray is not None and not policy.ray.shared_work_dirs:
+        raise _invalid(
+            "checkpoint_every needs a kernel that can be checkpointed: on this server's Ray "
+            "cluster its files are on its node's disk alone (the operator's "
+            "--ray-shared-work-root puts work dirs on storage every node mounts)"
+        )
     return SessionOptions(
-        python, venv, packages, version, preload, limits, docker, gateway, sandbox, ray
+        python,
+        venv,
+        packages,
+        version,
+        preload,
+        limits,
+        docker,
+        gateway,
+        sandbox,
+        ray,
+        every,
     )
+
+
+def _checkpoint_every(value: Any) -> float | None:
+    """Seconds between a session's recovery checkpoints; None: it takes none."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not MIN_CHECKPOINT_EVERY <= value <= MAX_CHECKPOINT_EVERY
+    ):
+        raise _invalid(
+            f"checkpoint_every is seconds from {MIN_CHECKPOINT_EVERY:g} to "
+            f"{MAX_CHECKPOINT_EVERY:,}, not {str(value)[:40]!r}"
+        )
+    return float(value)
 
 
 def _ray(value: Any, policy: SessionPolicy) -> dict[str, Any] | None:
@@ -652,6 +694,16 @@ def options_schema(policy: SessionPolicy) -> dict[str, dict[str, Any]]:
             "operator allows (--allow-gateway), else 403",
         },
         "ray": ray_schema(policy.ray),
+        "checkpoint_every": {
+            "type": "number",
+            "minimum": MIN_CHECKPOINT_EVERY,
+            "maximum": MAX_CHECKPOINT_EVERY,
+            "description": "seconds: after an execution, once this long has passed since the "
+            "last, the session's variables are checkpointed (privately, on the server); a "
+            "kernel that dies (a crash, its memory limit, a lost Ray node) is replaced at the "
+            "next execution by one holding them, and the result's message says so. 422 where "
+            "the kernel cannot be checkpointed (a Ray node without shared work dirs)",
+        },
         "sandbox": {
             "type": "object",
             "additionalProperties": False,
