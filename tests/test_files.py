@@ -15,6 +15,7 @@ import pytest
 from kernelexec import _workdir
 from kernelexec._server._errors import ApiError
 from kernelexec._server._files import list_files, write_file
+from kernelexec._session._files import LocalAccess
 from kernelexec._session._transcript import Transcript, code_cell
 
 
@@ -206,7 +207,7 @@ async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
 
 
 async def test_upload_is_whole_or_nothing(root: Path) -> None:
-    info = await write_file(root, "new/f.bin", chunks(b"ab", b"cd"))
+    info = await write_file(LocalAccess(root), root, "new/f.bin", chunks(b"ab", b"cd"))
     assert (info.path, info.size) == ("new/f.bin", 4)
     assert (root / "new/f.bin").read_bytes() == b"abcd"
 
@@ -215,7 +216,7 @@ async def test_upload_is_whole_or_nothing(root: Path) -> None:
         raise ApiError(413, "body_too_large", "too big")
 
     with pytest.raises(ApiError):
-        await write_file(root, "new/f.bin", failing())
+        await write_file(LocalAccess(root), root, "new/f.bin", failing())
     assert (root / "new/f.bin").read_bytes() == b"abcd"
     assert [p.name for p in (root / "new").iterdir()] == ["f.bin"]  # no partial file left
 
@@ -226,7 +227,7 @@ async def test_upload_is_whole_or_nothing(root: Path) -> None:
 )
 async def test_upload_refuses_links_and_folders(root: Path, raw: str, status: int) -> None:
     with pytest.raises(ApiError) as refused:
-        await write_file(root, raw, chunks(b"x"))
+        await write_file(LocalAccess(root), root, raw, chunks(b"x"))
     assert refused.value.status == status
     assert (root / "sub" / "a.txt").read_text() == "a"
     assert not [p for p in root.rglob("*.tmp")]
@@ -235,13 +236,17 @@ async def test_upload_refuses_links_and_folders(root: Path, raw: str, status: in
 async def test_upload_over_the_transcript_is_refused(root: Path) -> None:
     with pytest.raises(ApiError) as refused:
         await write_file(
-            root, "transcript.ipynb", chunks(b"{}"), notebook=root / "transcript.ipynb"
+            LocalAccess(root),
+            root,
+            "transcript.ipynb",
+            chunks(b"{}"),
+            notebook=root / "transcript.ipynb",
         )
     assert refused.value.status == 409 and "transcript" in refused.value.message
 
 
 async def test_listing_skips_links_and_says_so(root: Path) -> None:
-    files, truncated, skipped = await list_files(root)
+    files, truncated, skipped = await list_files(LocalAccess(root))
     assert [f.path for f in files] == ["sub/a.txt"] and not truncated
     assert skipped == ["symlinks, never followed: 3"]
 

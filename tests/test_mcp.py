@@ -20,7 +20,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ImageContent, ResourceLink
 
-from kernelexec._mcp._files import FileRefused, confined
+from kernelexec._mcp._files import FileRefused, where
+from kernelexec._session._files import LocalAccess
 
 TOOLS = {
     "execute_code",
@@ -158,11 +159,12 @@ async def test_files_and_notebook(tmp_path: Path) -> None:
     assert any("notes.txt" in "".join(c["source"]) for c in cells)
 
 
-def test_confined_refuses_what_leads_out(tmp_path: Path) -> None:
+async def test_where_refuses_what_leads_out(tmp_path: Path) -> None:
     (tmp_path / "in.txt").write_text("x")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "link").symlink_to(tmp_path.parent)
-    assert confined(tmp_path, "in.txt") == (tmp_path / "in.txt").resolve()
+    files = LocalAccess(tmp_path)
+    assert await where(files, "in.txt") == str((tmp_path / "in.txt").resolve())
     for path in (
         "",
         "/etc/passwd",
@@ -174,7 +176,7 @@ def test_confined_refuses_what_leads_out(tmp_path: Path) -> None:
         "sub\\..\\..\\x",
     ):
         with pytest.raises(FileRefused):
-            confined(tmp_path, path)
+            await where(files, path)
 
 
 async def test_streamable_http(tmp_path: Path) -> None:

@@ -109,6 +109,22 @@ def test_a_session_on_a_worker_node_does_what_a_local_one_does(record: dict[str,
         assert refused[0] == "CheckpointError" and "shared_work_dirs=True" in refused[1], refused
 
 
+def test_without_shared_storage_the_files_api_reaches_the_kernels_folder_on_its_node(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "basics")["files"]
+    # One listing: the caller's saved outputs and transcript, and the node's files.
+    assert "made.txt" in got["listed"] and any(p.endswith(".png") for p in got["listed"]), got
+    assert got["read"] == ["on the node", 11], got
+    assert got["where"].endswith("made.txt on Ray node " + got["node"]), got
+    # An upload lands on the node, whole, where the kernel reads it.
+    assert got["uploaded"] == [6, "a,b\n1\n"], got
+    # The kernel's own attacks, on its node: a planted link, a path out, too many open.
+    assert got["link"] == "link" and got["climb"] == "invalid", got
+    assert "never followed" in " ".join(got["skipped"]), got
+    assert got["busy"] == "busy" and got["after_busy"] == "on the node", got
+
+
 def test_ray_places_each_session_by_what_it_holds(record: dict[str, Any]) -> None:
     got = part(record, "placement")
     workers = record["workers"]
@@ -183,6 +199,11 @@ def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> 
     got = part(record, "serve")
     workers = record["workers"]
     assert got["stdout"] == "42" and got["node"]["node_id"] == workers[1], got
+    # The files routes: the kernel's files on its node, listed, downloaded, uploaded to.
+    assert "report.txt" in got["http_listed"], got
+    assert got["http_download"] == [200, "from the node"], got
+    assert got["http_upload"] == [201, "sent"], got
+    assert got["http_outside"] in (400, 404), got
     assert got["node"]["gpus"] == [], got  # it holds none
     assert got["options"]["ray"] == {"labels": {"zone": "b"}, "num_cpus": 1.0}, got
     assert got["sandbox"] is not None, got  # contained on its node, as a local one
@@ -202,6 +223,8 @@ def test_mcp_ray_runs_its_sessions_on_the_cluster(record: dict[str, Any]) -> Non
     got = part(record, "mcp")
     assert not got["error"] and "42" in got["text"], got
     assert "kx-node-" in got["text"], got  # the kernel's folder is its node host's
+    # list_files and read_file reach the files the kernel wrote there.
+    assert "notes.txt" in got["listed"] and got["read"] == [False, "kept on the node"], got
 
 
 def test_a_lost_node_is_an_answer_within_seconds_and_the_next_run_moves(
@@ -295,6 +318,7 @@ async def basics(root: Path) -> dict[str, Any]:
         )
         got["kernel_cwd"], got["caller_dir"] = made.stdout.strip(), str(root)
         got["made_on_caller"] = (root / "made.txt").exists()
+        got["files"] = await _files_through_the_host(session)
         for call, attempt in (
             ("checkpoint", lambda: session.checkpoint()),
             ("fork", lambda: session.fork(root.parent / "basics-fork")),
@@ -351,6 +375,46 @@ async def placement(root: Path, info: ClusterInfo) -> dict[str, Any]:
             await _calls_and_streaming(session, got)
         await session.close()
     got["warm_starts"] = starts
+    return got
+
+
+async def _files_through_the_host(session: AsyncSession) -> dict[str, Any]:
+    """The session's files API, its kernel on a node without shared storage."""
+    from kernelexec._workdir import Refused
+
+    got: dict[str, Any] = {"node": session._backend.node["node_id"]}
+    files = session.files
+    got["listed"] = [entry.path for entry in (await files.listing(100)).files]
+    reader = await files.open_read("made.txt")
+    got["read"] = [(await reader.read(100)).decode(), reader.size]
+    await reader.close()
+    got["where"] = files.where("made.txt")
+    upload = await files.upload("in/data.csv", 6)
+    await upload.write(b"a,b\n")
+    await upload.write(b"1\n")
+    size, _ = await upload.commit()
+    seen = await session.execute("print(open('in/data.csv').read(), end='')")
+    got["uploaded"] = [size, seen.stdout]
+    await session.execute("import os\nos.symlink('/etc/passwd', 'leak')")
+    for name, path in (("link", "leak"), ("climb", "../made.txt")):
+        try:
+            await (await files.open_read(path)).close()
+            got[name] = "opened"
+        except Refused as exc:
+            got[name] = exc.reason
+    got["skipped"] = (await files.listing(100)).skipped
+    held = []
+    try:
+        for _ in range(40):
+            held.append(await files.open_read("made.txt"))
+        got["busy"] = "never"
+    except Refused as exc:
+        got["busy"] = exc.reason
+    for reader in held:
+        await reader.close()
+    reader = await files.open_read("made.txt")
+    got["after_busy"] = (await reader.read(100)).decode()
+    await reader.close()
     return got
 
 
@@ -560,6 +624,21 @@ async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
         ran = await asyncio.to_thread(server.execute, made, "import os\nprint(6 * 7)")
         state = await asyncio.to_thread(server.state, made)
         got["stdout"], got["node"] = ran["stdout"].strip(), state["node"]
+        # The files routes reach the kernel's folder on its node.
+        await asyncio.to_thread(
+            server.execute, made, "open('report.txt', 'w').write('from the node')"
+        )
+        listed = await asyncio.to_thread(server.http.get, f"/sessions/{made}/files")
+        got["http_listed"] = [f["path"] for f in listed.json()["files"]]
+        fetched = await asyncio.to_thread(server.http.get, f"/sessions/{made}/files/report.txt")
+        got["http_download"] = [fetched.status_code, fetched.text]
+        put = await asyncio.to_thread(
+            server.http.put, f"/sessions/{made}/files/up.txt", content=b"sent"
+        )
+        back = await asyncio.to_thread(server.execute, made, "print(open('up.txt').read())")
+        got["http_upload"] = [put.status_code, back["stdout"].strip()]
+        outside = await asyncio.to_thread(server.http.get, f"/sessions/{made}/files/..%2Fx")
+        got["http_outside"] = outside.status_code
         got["options"], got["sandbox"] = state["options"], state["sandbox"]
         plain = await asyncio.to_thread(server.create)  # no ray option: the cluster still
         got["plain_node"] = (await asyncio.to_thread(server.state, plain))["node"]
@@ -590,6 +669,12 @@ async def mcp(root: Path, info: ClusterInfo) -> dict[str, Any]:
     async with stdio_mcp(root / "root", "--ray", info.address) as client:
         ran = await client.call_tool("execute_code", {"code": code})
         got["error"], got["text"] = ran.is_error, texts(ran)
+        write = "open('notes.txt', 'w').write('kept on the node')"
+        await client.call_tool("execute_code", {"code": write})
+        listed = await client.call_tool("list_files", {})
+        got["listed"] = [f["path"] for f in json.loads(texts(listed))["files"]]
+        read = await client.call_tool("read_file", {"path": "notes.txt"})
+        got["read"] = [read.is_error, texts(read)]
     return got
 
 

@@ -36,8 +36,10 @@ from typing import Any
 from .._containment._sandbox import Sandbox
 from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelStartError
+from .._workdir import Refused
 from ._base import KernelMessage
 from ._caps import DROPPED, MAX_MESSAGE_BYTES
+from ._ray_files import NodeAccess
 from ._ray_host import _FIRST_WAIT
 
 __all__ = ["RayBackend", "join"]
@@ -344,6 +346,25 @@ class RayBackend:
         )
         return list(await asyncio.wait_for(_awaitable(task.remote()), self.startup_timeout))
 
+    def files(self, root: Path) -> NodeAccess | None:
+        """The session's files, its work dir ``root`` here and its kernel's on the node,
+        as one (``AsyncSession.files``); None when they are all in ``root`` (shared work
+        dirs) or no kernel runs."""
+        if self.shared_work_dirs or self._kernel is None or not self._reachable:
+            return None
+        return NodeAccess(
+            root, self._host_call, self.node["node_id"], self._kernel, self.node["work_dir"]
+        )
+
+    async def _host_call(self, method: str, *args: Any) -> Any:
+        """What the host's ``method`` returned; raises what it raised (``Refused``, a full
+        disk), or ``Refused`` when the node is lost."""
+        if self._reachable:
+            answer = await self._answer(getattr(self._host, method).remote(*args), _CALL_SECONDS)
+            if self._reachable:
+                return answer
+        raise Refused("missing", f"the session's Ray node is lost: {self._lost or self._reason}")
+
     async def _send(self, method: str, *args: Any) -> str:
         """A request's msg_id; a made-up one if the node is lost (the poll then says dead)."""
         if self._reachable:
@@ -370,6 +391,8 @@ class RayBackend:
         except ray.exceptions.RayTaskError as exc:  # the host's method raised
             if isinstance(exc.cause, KernelStartError):
                 raise KernelStartError(str(exc.cause)) from None
+            if isinstance(exc.cause, OSError):  # a path refused, a full disk: as it was
+                raise exc.cause from None
             raise
         except ray.exceptions.RayError as exc:  # its actor, process or node is gone
             self._node_lost(_first_line(exc))

@@ -13,8 +13,8 @@ and ``execute`` answers with a request's first messages too;
 each kernel's messages are already capped on this node (``_caps.py``) before
 they are decoded. The owner's side feeds them to its reducer one at a time.
 
-Not here yet (the design note says how each will be): the files API of a
-session's work dir, fork, checkpoint and restore.
+The files of a kernel's work dir on the node, for its owner's files API,
+are ``HostFiles``' calls (``_ray_files.py``). Not here yet: a process fork.
 
 This module imports no ray: the actor's methods are plain coroutines, and the
 node's id is asked of Ray only when ``describe`` is called, in the actor.
@@ -39,6 +39,7 @@ from .._exceptions import KernelStartError
 from ._base import KernelMessage
 from ._caps import MAX_MESSAGE_BYTES
 from ._local import LocalBackend
+from ._ray_files import HostFiles
 
 __all__ = ["NodeHost"]
 
@@ -48,7 +49,7 @@ _MOST = 256  # messages one receive answers with at most
 _FIRST_WAIT = 0.025
 
 
-class NodeHost:
+class NodeHost(HostFiles):
     """The kernels of one Ray node, each known by an id the host gave it.
 
     Args:
@@ -58,6 +59,7 @@ class NodeHost:
     """
 
     def __init__(self, root: str | None = None, *, zygote: bool | None = None) -> None:
+        super().__init__()
         self._made_root = root is None
         self._root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="kx-node-"))
         self._zygote = zygote
@@ -229,6 +231,7 @@ class NodeHost:
         """Stops the kernel and removes the work dir it made; safe to call twice."""
         backend = self._kernels.pop(kernel_id, None)
         if backend is not None:
+            self._drop_files(kernel_id)
             await backend.shutdown()
             self._remove(kernel_id, self._cwds.pop(kernel_id, None))
 

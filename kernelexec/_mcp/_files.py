@@ -8,36 +8,38 @@ read from the handle that was opened, never by its path again.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from .. import _workdir
 from .._remote_models import FileInfo
 from .._server._errors import ApiError
 from .._server._files import list_files as _list_files
+from .._session._files import WorkDirAccess
 
-__all__ = ["FileRefused", "confined", "files_in", "read_head", "read_notebook"]
+__all__ = ["FileRefused", "files_in", "read_head", "read_notebook", "where"]
 
 
 class FileRefused(Exception):
     """A path that is not a file inside the work dir; the message says why."""
 
 
-def confined(work_dir: Path, path: str) -> Path:
-    """Where the file ``path`` names inside ``work_dir`` is, to name it in messages.
+async def where(files: WorkDirAccess, path: str) -> str:
+    """Where the file ``path`` names in a session's files is, to name it in messages.
 
     Checked by opening it, with no link followed; read it with ``read_head``,
-    never through the returned path.
+    never through what this returns.
 
     Raises:
         FileRefused: the path is malformed, absolute, climbs or leads through
             a link, or is no regular file.
     """
-    read_head(work_dir, path, 0)
-    return work_dir.resolve().joinpath(*_workdir.parts_of(path))
+    await read_head(files, path, 0)
+    return files.where(path)
 
 
-def read_head(work_dir: Path, path: str, limit: int, *, whole: bool = False) -> tuple[bytes, int]:
+async def read_head(
+    files: WorkDirAccess, path: str, limit: int, *, whole: bool = False
+) -> tuple[bytes, int]:
     """At most the first ``limit`` bytes of the file ``path`` names, and its whole size.
 
     Never more of the file in memory than ``limit``: a kernel can write a file
@@ -45,14 +47,24 @@ def read_head(work_dir: Path, path: str, limit: int, *, whole: bool = False) -> 
     ``whole``, a file over ``limit`` is not read at all (its bytes come back empty).
 
     Raises:
-        FileRefused: as for ``confined``.
+        FileRefused: as for ``where``.
     """
     try:
-        with _workdir.open_read(work_dir, path) as file:
-            size = os.fstat(file.fileno()).st_size
-            return (b"" if whole and size > limit else file.read(limit)), size
+        file = await files.open_read(path)
     except _workdir.Refused as exc:
         raise FileRefused(_message(exc, path)) from None
+    try:
+        if whole and file.size > limit:
+            return b"", file.size
+        head = b""
+        while len(head) < limit:
+            chunk = await file.read(limit - len(head))
+            if not chunk:
+                break
+            head += chunk
+        return head, file.size
+    finally:
+        await file.close()
 
 
 def read_notebook(work_dir: Path, notebook: Path) -> bytes | None:
@@ -69,11 +81,11 @@ def read_notebook(work_dir: Path, notebook: Path) -> bytes | None:
         ) from None
 
 
-async def files_in(work_dir: Path) -> tuple[list[FileInfo], bool, list[str]]:
-    """Every file under ``work_dir`` as the HTTP API lists them, whether the list
-    was cut, and what was left out (links, pipes), counted."""
+async def files_in(files: WorkDirAccess) -> tuple[list[FileInfo], bool, list[str]]:
+    """Every file of a session's as the HTTP API lists them, whether the list was
+    cut, and what was left out (links, pipes), counted."""
     try:
-        return await _list_files(work_dir.resolve())
+        return await _list_files(files)
     except ApiError as exc:
         raise FileRefused(exc.message) from None
 

@@ -27,7 +27,7 @@ from .._state._fork import ForkMethod
 from .._state._manifest import RestoreReport
 from ._doors import CANCEL_WAIT, describe_checkpoint, describe_made
 from ._executions import ExecutionView
-from ._files import confined, files_in, read_head, read_notebook
+from ._files import files_in, read_head, read_notebook, where
 from ._sessions import McpConfig, SessionError, Sessions
 
 __all__ = ["LocalDoor"]
@@ -159,15 +159,16 @@ class LocalDoor:
         await self.sessions.get(name).interrupt()
 
     async def files(self, name: str) -> dict[str, Any]:
-        work_dir = self.sessions.get(name).work_dir
-        found, cut, skipped = await files_in(work_dir)
+        session = self.sessions.get(name)
+        work_dir = session.work_dir
+        found, cut, skipped = await files_in(session.files)
         listed = [f.to_dict() for f in found]
         return {"work_dir": str(work_dir), "files": listed, "truncated": cut, "skipped": skipped}
 
     async def read(
         self, name: str, path: str, limit: int, *, whole: bool = False
     ) -> tuple[bytes, int]:
-        return read_head(self.sessions.get(name).work_dir, path, limit, whole=whole)
+        return await read_head(self.sessions.get(name).files, path, limit, whole=whole)
 
     async def notebook(self, name: str) -> tuple[bytes | None, str]:
         session = self.sessions.get(name)
@@ -177,7 +178,7 @@ class LocalDoor:
         return read_notebook(session.work_dir, session.notebook_path), relative
 
     async def where(self, name: str, path: str) -> str:
-        target = confined(self.sessions.get(name).work_dir, path)
+        target = await where(self.sessions.get(name).files, path)
         return f"open {target} on the MCP server's machine"
 
     async def variables(self, name: str) -> list[dict[str, Any]]:

@@ -9,13 +9,11 @@ streams the very file that was opened, never a path opened again.
 
 from __future__ import annotations
 
-import asyncio
 import mimetypes
-import os
 from collections.abc import AsyncIterator
 from email.utils import formatdate
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Literal
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -23,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 from .. import _workdir
 from .._exceptions import DiskSpaceError
 from .._remote_models import FileInfo
+from .._session._files import FileReader, WorkDirAccess
 from .._state import _disk
 from .._times import iso
 from ._errors import ApiError, disk_full
@@ -58,17 +57,17 @@ def _api_error(exc: _workdir.Refused, on: Literal["read", "write"]) -> ApiError:
     return ApiError(status, code, f"{exc}{hint}")
 
 
-async def list_files(root: Path) -> tuple[list[FileInfo], bool, list[str]]:
-    """Every regular file under ``root`` (at most MAX_LISTED), whether the list
-    was cut, and what was left out (links, pipes, unreadable folders), counted."""
+async def list_files(files: WorkDirAccess) -> tuple[list[FileInfo], bool, list[str]]:
+    """Every regular file of a session's work dir (at most MAX_LISTED), whether the
+    list was cut, and what was left out (links, pipes, unreadable folders), counted."""
     try:
-        found = await asyncio.to_thread(_workdir.list_tree, root, max_files=MAX_LISTED)
+        found = await files.listing(MAX_LISTED)
     except _workdir.Refused as exc:
         if exc.reason == "missing":
             return [], False, []
         raise _api_error(exc, "read") from None
-    files = [FileInfo(e.path, e.size, iso(e.modified)) for e in found.files]
-    return files, found.truncated, found.skipped
+    listed = [FileInfo(e.path, e.size, iso(e.modified)) for e in found.files]
+    return listed, found.truncated, found.skipped
 
 
 class FileBody(Response):
@@ -78,13 +77,12 @@ class FileBody(Response):
     or when the client goes away.
     """
 
-    def __init__(self, file: BinaryIO, name: str, *, head: bool = False) -> None:
-        info = os.fstat(file.fileno())
-        self.file, self.size, self.head = file, info.st_size, head
+    def __init__(self, file: FileReader, name: str, *, head: bool = False) -> None:
+        self.file, self.size, self.head = file, file.size, head
         super().__init__(
             headers={
-                "content-length": str(info.st_size),
-                "last-modified": formatdate(info.st_mtime, usegmt=True),
+                "content-length": str(file.size),
+                "last-modified": formatdate(file.modified, usegmt=True),
             },
             media_type=mimetypes.guess_type(name)[0] or "application/octet-stream",
         )
@@ -100,30 +98,31 @@ class FileBody(Response):
             )
             left = 0 if self.head else self.size
             while True:
-                chunk = await asyncio.to_thread(self.file.read, min(_CHUNK, left)) if left else b""
+                chunk = await self.file.read(min(_CHUNK, left)) if left else b""
                 left -= len(chunk)
                 more = bool(chunk) and left > 0
                 await send({"type": "http.response.body", "body": chunk, "more_body": more})
                 if not more:
                     return
         finally:
-            self.file.close()
+            await self.file.close()
 
 
-def download(root: Path, raw: str, *, head: bool = False) -> FileBody:
+async def download(files: WorkDirAccess, raw: str, *, head: bool = False) -> FileBody:
     """The response for a file of the work dir.
 
     Raises:
         ApiError: 400/403/404 naming why the path cannot be served.
     """
     try:
-        file = _workdir.open_read(root, raw)
+        file = await files.open_read(raw)
     except _workdir.Refused as exc:
         raise _api_error(exc, "read") from None
     return FileBody(file, raw, head=head)
 
 
 async def write_file(
+    files: WorkDirAccess,
     root: Path,
     raw: str,
     chunks: AsyncIterator[bytes],
@@ -131,10 +130,12 @@ async def write_file(
     notebook: Path | None = None,
     size: int = 0,
 ) -> FileInfo:
-    """Writes an upload to ``raw`` in ``root``: whole, or (on any failure) not at all.
+    """Writes an upload to ``raw`` in the session's files: whole, or (on any failure)
+    not at all.
 
     Args:
-        root: the work dir.
+        files: the session's files, where the upload goes.
+        root: the work dir, where the transcript is.
         raw: the path, relative to it.
         chunks: the body.
         notebook: the session's transcript, which an upload may not replace.
@@ -154,31 +155,28 @@ async def write_file(
                 f"{raw[:200]!r} is the session's transcript, which kernelexec writes; "
                 "upload under another name",
             )
-        upload = _workdir.Upload(root, parts)
+        upload = await files.upload(parts, size)
     except _workdir.Refused as exc:
         raise _api_error(exc, "write") from None
+    except DiskSpaceError as exc:
+        raise disk_full(exc) from None
     except OSError as exc:
         if _disk.is_full(exc):
             raise disk_full(exc) from None
         raise
     try:
-        _disk.check(size, root, budget=None, what=f"the upload of {raw[:200]!r}", setting="")
-    except DiskSpaceError as exc:
-        upload.abort()
-        raise disk_full(exc) from None
-    try:
         async for chunk in chunks:
-            await asyncio.to_thread(upload.write, chunk)
+            await upload.write(chunk)
     except BaseException as exc:
-        upload.abort()
+        await upload.abort()
         if _disk.is_full(exc):
             raise disk_full(exc) from None
         raise
     try:
-        info = upload.commit()
+        written, modified = await upload.commit()
     except _workdir.Refused as exc:
         raise _api_error(exc, "write") from None
-    return FileInfo("/".join(parts), info.st_size, iso(info.st_mtime))
+    return FileInfo("/".join(parts), written, iso(modified))
 
 
 def read_notebook(root: Path, notebook: Path) -> bytes | None:

@@ -22,6 +22,7 @@ from .._state._manifest import Checkpoint, RestoreReport
 from .._state._variables import Variable, VariableDetail, inspect_variable, list_variables
 from . import _execute
 from ._checkpointing import checkpoint_now
+from ._files import LocalAccess, WorkDirAccess
 from ._lifecycle import (
     STATE_LOST,
     await_pending_restart,
@@ -281,6 +282,15 @@ class AsyncSession:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def files(self) -> WorkDirAccess:
+        """The session's files, where its kernel can see them: the work dir, and on a
+        Ray node without shared storage, the kernel's own folder there too. The doors'
+        files APIs go through it; no link is followed on either side."""
+        remote = getattr(self._backend, "files", None)
+        found = remote(self.work_dir) if callable(remote) else None
+        return found if found is not None else LocalAccess(self.work_dir)
 
     @property
     def sandbox(self) -> Sandbox | None:

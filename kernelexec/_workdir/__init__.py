@@ -26,11 +26,13 @@ kernelexec's to repair.
 
 ``_open.py`` walks a path and opens what is there; ``_write.py`` makes
 kernelexec's own files and copies; ``_upload.py`` takes a file someone sends;
-``_tree.py`` lists and removes whole trees. Callers use this package as one
+``_tree.py`` lists and removes whole trees; ``_reading.py`` reads an opened file
+from a coroutine. Callers use this package as one
 namespace (``_workdir.open_read``), which is why it re-exports them.
 """
 
 from ._open import Refused, locate, open_folder, open_in, open_read, parts_of, read_kept
+from ._reading import Reading
 from ._tree import Entry, Listing, list_tree, remove_in, remove_tree
 from ._upload import Upload
 from ._write import copy, copy_data, create, own_folder, put_in_place, temp_file, write, write_all
@@ -38,6 +40,7 @@ from ._write import copy, copy_data, create, own_folder, put_in_place, temp_file
 __all__ = [
     "Entry",
     "Listing",
+    "Reading",
     "Refused",
     "Upload",
     "copy",

@@ -60,6 +60,10 @@ class Refused(OSError):
     def __str__(self) -> str:
         return str(self.args[0])
 
+    def __reduce__(self) -> tuple[type[Refused], tuple[Reason, str]]:
+        # Whole across processes (a Ray node's host raises it for its caller).
+        return Refused, (self.reason, str(self))
+
 
 def parts_of(relative: str | Sequence[str]) -> list[str]:
     """The names along a path relative to a work dir.
