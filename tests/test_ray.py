@@ -125,6 +125,20 @@ def test_without_shared_storage_the_files_api_reaches_the_kernels_folder_on_its_
     assert got["busy"] == "busy" and got["after_busy"] == "on the node", got
 
 
+def test_twenty_sessions_fill_both_workers_and_each_does_all_a_session_does(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "twenty")
+    # 20 x 0.2 CPU is both workers' 4 CPUs: Ray had to use both, ten on each.
+    assert sorted(set(got["nodes"])) == sorted(record["workers"]), got["nodes"]
+    assert all(got["nodes"].count(node) == 10 for node in record["workers"]), got["nodes"]
+    for stdout, pngs in got["ran"]:
+        assert stdout == "made" and len(pngs) == 1, got["ran"]
+    assert got["read_back"] == [True] * 20, got
+    for cells in got["replayed"]:
+        assert cells == [["ran", "ok", False], ["ran", "ok", False]], cells  # JSON: lists
+
+
 def test_ray_places_each_session_by_what_it_holds(record: dict[str, Any]) -> None:
     got = part(record, "placement")
     workers = record["workers"]
@@ -268,6 +282,7 @@ def cluster_scenario(info: ClusterInfo) -> dict[str, Any]:
     parts: list[tuple[str, Callable[[], Coroutine[Any, Any, dict[str, Any]]]]] = [
         ("basics", lambda: basics(root / "basics")),
         ("placement", lambda: placement(root / "placement", info)),
+        ("twenty", lambda: twenty(root / "twenty")),
         ("hostile", lambda: hostile(root / "hostile", info)),
         ("gpus", lambda: gpus(root / "gpus")),
         ("ownership", lambda: ownership(root / "ownership", info)),
@@ -375,6 +390,45 @@ async def placement(root: Path, info: ClusterInfo) -> dict[str, Any]:
             await _calls_and_streaming(session, got)
         await session.close()
     got["warm_starts"] = starts
+    return got
+
+
+async def twenty(root: Path) -> dict[str, Any]:
+    """Issue #30's first acceptance: 20 sessions that fill both workers' CPUs (0.2 each)."""
+    code = (
+        "import os\nimport matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3]); plt.savefig('plot.png')\n"
+        "open('mine.txt', 'w').write(os.path.basename(os.getcwd()))\nprint('made')"
+    )
+    sessions = [
+        AsyncSession(root / f"s{i:02d}", backend=RayBackend(num_cpus=0.2)) for i in range(20)
+    ]
+    got: dict[str, Any] = {"nodes": [], "ran": [], "read_back": [], "replayed": []}
+    try:
+        for batch in range(0, 20, 5):  # five at a time: a 2-core machine runs every node
+            await asyncio.gather(*(s.start() for s in sessions[batch : batch + 5]))
+        for session in sessions:
+            ran = await session.execute(code)
+            shown = await session.execute("plt.figure(); plt.plot([3, 1]); plt.show()")
+            got["nodes"].append(session._backend.node["node_id"])
+            got["ran"].append([ran.stdout.strip(), [f for f in shown.files if f.endswith(".png")]])
+            reader = await session.files.open_read("mine.txt")  # on its node
+            folder = Path(session._backend.node["work_dir"]).name
+            got["read_back"].append((await reader.read(100)).decode() == folder)
+            await reader.close()
+            await session.flush()
+    finally:
+        for session in sessions:
+            await session.close()
+    # Each transcript replays: into a new session on the cluster, with the same stdout.
+    for index in (0, 19):
+        replayed = await AsyncSession.from_transcript(
+            sessions[index].notebook_path, root / f"replay{index}", backend=RayBackend(num_cpus=0.2)
+        )
+        async with replayed:
+            report = replayed.replay_report
+            assert report is not None
+            got["replayed"].append([(c.action, c.status, c.differs) for c in report.cells])
     return got
 
 
