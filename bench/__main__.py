@@ -442,6 +442,12 @@ def _ratio(key: str, local: str, target: float) -> Callable[[dict[str, Any]], st
 ROWS += [
     _ray_row("the node's first session (host, zygote start) -> 1+1", _median_ms("cold"), "ms"),
     _ray_row("session ready (create -> 1+1) p50, warm node", _median_ms("samples"), "ms"),
+    _ray_row("session ready (create -> 1+1) p50, warm node, pool=1", _median_ms("pooled"), "ms"),
+    _ray_row(
+        "pool=1: sessions that took a ready kernel",
+        lambda r: f"{sum(r['taken_from_pool'])} of {len(r['taken_from_pool'])}",
+        "",
+    ),
     _ray_row("session ready (create -> 1+1) p50, local", _median_ms("local"), "ms"),
     _ray_row("session ready, node / local", _ratio("samples", "local", 2), ""),
     _ray_row("round trip x+1 p50, on the node", _median_ms("roundtrip"), "ms"),

@@ -7,7 +7,9 @@ address, can reach nothing but 127.0.0.1. There it starts a cluster of a head
 host and zygote start: the cold figure), then measures in turns, so both kinds
 meet the same load: ``ready``, a new session to the result of ``1+1`` on the
 warm node and locally (both forked from a zygote, both contained by default);
-``roundtrip``, ``x + 1`` in one live session of each kind. Issue #30's targets:
+``roundtrip``, ``x + 1`` in one live session of each kind. A third kind is a
+session on the node with ``RayBackend(pool=1)``: the host keeps a kernel
+ready, which the next such session takes. Issue #30's targets:
 ready at most 2x local, round trip at most 1.5x local.
 """
 
@@ -74,21 +76,28 @@ async def measure(impl: str, scenario: str, n: int, root: Path) -> dict[str, Any
         cluster.add_node(**node, num_cpus=2)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
-        kinds = {"ray": lambda: RayBackend(cluster.address), "local": LocalBackend}
+        kinds = {
+            "ray": lambda: RayBackend(cluster.address),
+            "pooled": lambda: RayBackend(cluster.address, pool=1),
+            "local": LocalBackend,
+        }
         first, cold = await _timed(root, "cold", kinds["ray"]())
         await first.close()
         # The local zygote's first kernel starts cold too: warmed, untimed.
         warm, _ = await _timed(root, "warm", kinds["local"]())
         await warm.close()
-        ready: dict[str, list[float]] = {"ray": [], "local": []}
-        trips: dict[str, list[float]] = {"ray": [], "local": []}
+        ready: dict[str, list[float]] = {"ray": [], "pooled": [], "local": []}
+        trips: dict[str, list[float]] = {"ray": [], "pooled": [], "local": []}
+        pooled = []
         forked = []
         for i in range(n):
-            for kind in ("ray", "local") if i % 2 == 0 else ("local", "ray"):
+            for kind in ("ray", "pooled", "local") if i % 2 == 0 else ("local", "pooled", "ray"):
                 session, took = await _timed(root, f"{kind}{i}", kinds[kind]())
                 ready[kind].append(took)
                 if kind == "local":
                     forked.append(int(session._backend.forked))
+                if kind == "pooled":
+                    pooled.append(int(session._backend.node["pooled"]))
                 await session.execute("x = 1")
                 for _ in range(ROUND_TRIPS):
                     started = time.perf_counter()
@@ -101,6 +110,8 @@ async def measure(impl: str, scenario: str, n: int, root: Path) -> dict[str, Any
         cluster.shutdown()
     return {
         "samples": ready["ray"],
+        "pooled": ready["pooled"],
+        "taken_from_pool": pooled,
         "local": ready["local"],
         "roundtrip": trips["ray"],
         "roundtrip_local": trips["local"],

@@ -46,8 +46,9 @@ class SessionInfo:
         sandbox: the containment of its kernel (``kernelexec.Sandbox`` as a
             dict), or None: uncontained (or not a local kernel).
         node: where its kernel runs on a Ray cluster (``serve --ray``):
-            ``{"node_id", "address", "gpus"}`` (the ids of the node's GPUs
-            the session holds); None: not on a cluster (or not started).
+            ``{"node_id", "address", "gpus", "pooled"}`` (the ids of the
+            node's GPUs the session holds; whether its kernel was a ready one
+            of the node's pool); None: not on a cluster (or not started).
     """
 
     id: str

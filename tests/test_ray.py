@@ -51,6 +51,7 @@ from conftest import process_gone
 from servers import unavailable
 
 from kernelexec import AsyncSession, KernelexecError, Limits, RayBackend
+from kernelexec._backends._ray import _awaitable
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -139,6 +140,14 @@ def test_twenty_sessions_fill_both_workers_and_each_does_all_a_session_does(
         assert cells == [["ran", "ok", False], ["ran", "ok", False]], cells  # JSON: lists
 
 
+def test_a_nodes_host_keeps_a_pool_ready_and_each_session_takes_a_fresh_kernel(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "pooled")
+    assert got["first_pooled"] is False and got["pooled"] == [True, True], got
+    assert got["x"] == ["False", "False"] and len(set(got["dirs"])) == 2, got  # fresh, apart
+
+
 def test_ray_places_each_session_by_what_it_holds(record: dict[str, Any]) -> None:
     got = part(record, "placement")
     workers = record["workers"]
@@ -218,6 +227,9 @@ def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> 
     assert got["http_download"] == [200, "from the node"], got
     assert got["http_upload"] == [201, "sent"], got
     assert got["http_outside"] in (400, 404), got
+    # --pool-size with --ray: the first session on the node started its kernel, a later one
+    # took the kernel the node's host had made ready meanwhile.
+    assert got["pooled"][0] is False and got["pooled"][-1] is True, got
     assert got["node"]["gpus"] == [], got  # it holds none
     assert got["options"]["ray"] == {"labels": {"zone": "b"}, "num_cpus": 1.0}, got
     assert got["sandbox"] is not None, got  # contained on its node, as a local one
@@ -283,6 +295,7 @@ def cluster_scenario(info: ClusterInfo) -> dict[str, Any]:
         ("basics", lambda: basics(root / "basics")),
         ("placement", lambda: placement(root / "placement", info)),
         ("twenty", lambda: twenty(root / "twenty")),
+        ("pooled", lambda: pooled(root / "pooled")),
         ("hostile", lambda: hostile(root / "hostile", info)),
         ("gpus", lambda: gpus(root / "gpus")),
         ("ownership", lambda: ownership(root / "ownership", info)),
@@ -390,6 +403,38 @@ async def placement(root: Path, info: ClusterInfo) -> dict[str, Any]:
             await _calls_and_streaming(session, got)
         await session.close()
     got["warm_starts"] = starts
+    return got
+
+
+async def pooled(root: Path) -> dict[str, Any]:
+    """``RayBackend(pool=1)``: the node's host keeps a kernel ready for the next session."""
+    got: dict[str, Any] = {"starts": [], "pooled": [], "dirs": [], "x": []}
+
+    def backend() -> RayBackend:
+        return RayBackend(num_cpus=0.1, labels={"zone": "a"}, pool=1)
+
+    first = AsyncSession(root / "p0", backend=backend())
+    await first.start()
+    host = first._backend._host
+    deadline = time.monotonic() + 60
+    while await _awaitable(host.ready.remote()) < 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    await first.execute("x = 'first'")
+    for index in (1, 2):
+        clock = time.perf_counter()
+        session = AsyncSession(root / f"p{index}", backend=backend())
+        await session.start()
+        answer = await session.execute("import os\nprint(os.getcwd(), 'x' in dir())")
+        got["starts"].append(round(time.perf_counter() - clock, 3))
+        got["pooled"].append(session._backend.node["pooled"])
+        cwd, has_x = answer.stdout.split()
+        got["dirs"].append(cwd)
+        got["x"].append(has_x)
+        await session.close()
+        while await _awaitable(host.ready.remote()) < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+    got["first_pooled"] = first._backend.node["pooled"]
+    await first.close()
     return got
 
 
@@ -671,7 +716,7 @@ async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
 
     got: dict[str, Any] = {}
     server = await asyncio.to_thread(
-        ServerProcess, root, "--ray", info.address, "--ray-max-cpus", "2"
+        ServerProcess, root, "--ray", info.address, "--ray-max-cpus", "2", "--pool-size", "1"
     )
     try:
         made = await asyncio.to_thread(server.create, ray={"labels": {"zone": "b"}})
@@ -693,6 +738,16 @@ async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
         got["http_upload"] = [put.status_code, back["stdout"].strip()]
         outside = await asyncio.to_thread(server.http.get, f"/sessions/{made}/files/..%2Fx")
         got["http_outside"] = outside.status_code
+        # --pool-size 1: the node keeps a kernel ready; a later session there takes it.
+        got["pooled"] = [state["node"]["pooled"]]
+        for _ in range(20):
+            again = await asyncio.to_thread(server.create, ray={"labels": {"zone": "b"}})
+            pooled = (await asyncio.to_thread(server.state, again))["node"]["pooled"]
+            await asyncio.to_thread(server.http.delete, f"/sessions/{again}")
+            got["pooled"].append(pooled)
+            if pooled:
+                break
+            await asyncio.sleep(0.5)
         got["options"], got["sandbox"] = state["options"], state["sandbox"]
         plain = await asyncio.to_thread(server.create)  # no ray option: the cluster still
         got["plain_node"] = (await asyncio.to_thread(server.state, plain))["node"]

@@ -5,6 +5,7 @@ The sessions themselves run on a real cluster in tests/test_ray.py.
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 from _serverproc import free_port
 
 from kernelexec import AsyncSession, ConfigurationError, RayBackend
-from kernelexec._server._ray_options import RayPolicy
+from kernelexec._cli._ray import ray_policy
+from kernelexec._server._ray_options import RayPolicy, ray_backend
 
 
 def test_a_backend_holds_what_it_is_told_and_refuses_nonsense() -> None:
@@ -83,6 +85,19 @@ def test_an_unreachable_cluster_stops_the_start_with_one_line(command: str, tmp_
     assert "Traceback" not in done.stderr
 
 
-def test_serve_refuses_a_local_pool_with_ray(tmp_path: Path) -> None:
-    done = _start("serve", "--ray", "auto", "--pool-size", "2", work=tmp_path / "root")
-    assert done.returncode == 2 and "--pool-size" in done.stderr, done
+def test_serve_pool_size_with_ray_is_each_nodes_pool_and_refused_with_shared_dirs(
+    tmp_path: Path,
+) -> None:
+    args = argparse.Namespace(
+        ray="auto", ray_max_cpus=4.0, ray_max_gpus=0.0, ray_max_memory=None,
+        ray_shared_work_root=False, pool_size=2,
+    )  # fmt: skip
+    policy = ray_policy(args)
+    assert policy.pool == 2
+    assert ray_backend(policy, policy.parse(None), True).pool == 2
+    done = _start(
+        "serve", "--ray", "auto", "--ray-shared-work-root", "--pool-size", "2",
+        work=tmp_path / "root",
+    )  # fmt: skip
+    assert done.returncode == 2 and "--ray-shared-work-root" in done.stderr, done
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -88,6 +88,10 @@ class RayBackend:
             kernel runs in it, so its files, checkpoints, forks and restores
             (on any node) work as locally. Without it, the kernel's folder is
             its node's own, and those refuse with ``CheckpointError``.
+        pool: kernels of this configuration the node's host keeps ready, each
+            in a folder of its own, so that the next session placed there
+            takes one (``node["pooled"]`` says so) instead of starting it; 0:
+            none. Not with shared work dirs, nor for sessions holding GPUs.
     """
 
     forks_as_process = False
@@ -107,6 +111,7 @@ class RayBackend:
         startup_timeout: float = 60.0,
         lost_after: float = 5.0,
         shared_work_dirs: bool = False,
+        pool: int = 0,
     ) -> None:
         self.address = address
         self._settings: dict[str, Any] = {
@@ -120,6 +125,7 @@ class RayBackend:
             "startup_timeout": startup_timeout,
             "lost_after": lost_after,
             "shared_work_dirs": shared_work_dirs,
+            "pool": pool,
         }
         self.shared_work_dirs = bool(shared_work_dirs)
         self.bundle = _bundle(num_cpus, memory, num_gpus, resources)
@@ -128,6 +134,9 @@ class RayBackend:
             raise ConfigurationError("RayBackend labels map names to values, both strings")
         if sandbox is not None and not isinstance(sandbox, (bool, Sandbox)):
             raise ConfigurationError("RayBackend sandbox is None, True, False or a Sandbox")
+        if isinstance(pool, bool) or not isinstance(pool, int) or not 0 <= pool <= 64:
+            raise ConfigurationError("RayBackend pool is a number of kernels from 0 to 64")
+        self.pool = pool
         if not lost_after > 0 or not startup_timeout > 0:
             raise ConfigurationError("RayBackend lost_after and startup_timeout are seconds > 0")
         self.sandbox_asked = sandbox
@@ -187,6 +196,7 @@ class RayBackend:
                     sandbox=sandbox.to_dict() if isinstance(sandbox, Sandbox) else sandbox,
                     work_dir=str(cwd.resolve()) if self.shared_work_dirs else None,
                     gpus=gpus,
+                    pool=self.pool,
                 ),
                 self.startup_timeout + self.lost_after,
             )
@@ -197,7 +207,9 @@ class RayBackend:
             self._release()
             raise KernelStartError(f"the kernel could not be started on its Ray node: {self._lost}")
         self._kernel = started["kernel_id"]
-        self.node.update(work_dir=started["work_dir"], kernel_pid=started["pid"])
+        self.node.update(
+            work_dir=started["work_dir"], kernel_pid=started["pid"], pooled=started["pooled"]
+        )
         policy = started.get("sandbox")
         self.sandbox = None if policy is None else Sandbox.from_dict(policy)
         self._alive_at = time.monotonic()

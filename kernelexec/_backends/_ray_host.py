@@ -22,6 +22,9 @@ node's id is asked of Ray only when ``describe`` is called, in the actor.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import os
 import shutil
 import signal
@@ -29,6 +32,9 @@ import socket
 import tempfile
 import time
 import uuid
+from collections import deque
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,8 @@ from ._local import LocalBackend
 from ._ray_files import HostFiles
 
 __all__ = ["NodeHost"]
+
+log = logging.getLogger("kernelexec")
 
 _MOST = 256  # messages one receive answers with at most
 # How long ``execute`` waits for a request's first messages to send them with its answer:
@@ -66,6 +74,11 @@ class NodeHost(HostFiles):
         self._kernels: dict[str, LocalBackend] = {}
         self._cwds: dict[str, Path] = {}
         self._shared: set[str] = set()  # kernels in their owners' work dirs: never removed
+        # Kernels started ahead for owners that asked for a pool, by configuration.
+        self._ready: dict[str, deque[tuple[str, Path, LocalBackend]]] = {}
+        self._filling: dict[str, set[asyncio.Task[None]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     def describe(self) -> dict[str, Any]:
         """Where this host runs: its Ray node id and address, process id, host name and root."""
@@ -88,6 +101,7 @@ class NodeHost(HostFiles):
         sandbox: dict[str, Any] | bool | None = None,
         work_dir: str | None = None,
         gpus: list[str] | None = None,
+        pool: int = 0,
     ) -> dict[str, Any]:
         """Starts a kernel in a new work dir of this node's; says its id, work dir, pid and time.
 
@@ -106,40 +120,39 @@ class NodeHost(HostFiles):
         kernel sees those only (``CUDA_VISIBLE_DEVICES``; none when empty),
         and a contained kernel may open the GPU devices (``Sandbox.gpus``).
         None: the node's environment decides, as for a local kernel.
+
+        ``pool``: keep this many kernels of the same configuration ready on
+        this node, each in a work dir of its own, so the owner's next session
+        takes one instead of starting it (not for shared work dirs or GPUs).
         """
         began = time.perf_counter()
         # Ray's worker threads block SIGINT; the kernel unblocks it itself (boot.py),
         # and so does this thread, for the zygote and supervisors it starts.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        kernel_id = uuid.uuid4().hex
-        if work_dir is None:
-            cwd = self._root / kernel_id
-            cwd.mkdir(mode=0o700)
+        policy = Sandbox.from_dict(sandbox) if isinstance(sandbox, dict) else sandbox
+        if gpus is not None:
+            env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+            if gpus:
+                policy = _with_gpus(policy)
+        spec = _Spec(kernel_env(env), policy, max_message_bytes, startup_timeout)
+        pooled = pool > 0 and work_dir is None and not gpus
+        ready = await self._take_ready(spec.key) if pooled else None
+        if ready is not None:
+            kernel_id, cwd, backend = ready
+        elif work_dir is None:
+            kernel_id, cwd = self._new_dir()
+            backend = await self._started(spec, kernel_id, cwd)
         else:
-            cwd = Path(work_dir)
+            kernel_id, cwd = uuid.uuid4().hex, Path(work_dir)
             if not cwd.is_absolute() or not cwd.is_dir():
                 raise KernelStartError(
                     f"the work dir {work_dir} is not a folder on this node: a shared work dir "
                     "must be mounted at the same path on every node"
                 )
             self._shared.add(kernel_id)
-        policy = Sandbox.from_dict(sandbox) if isinstance(sandbox, dict) else sandbox
-        if gpus is not None:
-            env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
-            if gpus:
-                policy = _with_gpus(policy)
-        backend = LocalBackend(
-            startup_timeout=startup_timeout,
-            zygote=self._zygote,
-            max_message_bytes=max_message_bytes,
-            sandbox=policy,
-        )
-        try:
-            await backend.start(cwd=cwd, env=kernel_env(env))
-        except BaseException:
-            await backend.shutdown(now=True)
-            self._remove(kernel_id, cwd)
-            raise
+            backend = await self._started(spec, kernel_id, cwd)
+        if pooled:
+            self._fill(spec, pool)
         self._kernels[kernel_id] = backend
         self._cwds[kernel_id] = cwd
         return {
@@ -148,8 +161,75 @@ class NodeHost(HostFiles):
             "pid": backend.pid,
             "forked": backend.forked,
             "sandbox": None if backend.sandbox is None else backend.sandbox.to_dict(),
+            "pooled": ready is not None,
             "seconds": time.perf_counter() - began,
         }
+
+    def ready(self) -> int:
+        """Kernels waiting in this host's pools, every configuration's together."""
+        return sum(len(waiting) for waiting in self._ready.values())
+
+    def _new_dir(self) -> tuple[str, Path]:
+        kernel_id = uuid.uuid4().hex
+        cwd = self._root / kernel_id
+        cwd.mkdir(mode=0o700)
+        return kernel_id, cwd
+
+    async def _started(self, spec: _Spec, kernel_id: str, cwd: Path) -> LocalBackend:
+        backend = LocalBackend(
+            startup_timeout=spec.startup_timeout,
+            zygote=self._zygote,
+            max_message_bytes=spec.max_message_bytes,
+            sandbox=spec.policy,
+        )
+        try:
+            await backend.start(cwd=cwd, env=spec.env)
+        except BaseException:
+            await backend.shutdown(now=True)
+            self._remove(kernel_id, cwd)
+            raise
+        return backend
+
+    async def _take_ready(self, key: str) -> tuple[str, Path, LocalBackend] | None:
+        waiting = self._ready.get(key)
+        while waiting:
+            kernel_id, cwd, backend = waiting.popleft()
+            if await backend.is_alive():
+                return kernel_id, cwd, backend
+            self._spawn(self._discard(kernel_id, cwd, backend))
+        return None
+
+    def _fill(self, spec: _Spec, size: int) -> None:
+        """Starts kernels of ``spec`` in the background until ``size`` wait (or are coming)."""
+        waiting = self._ready.setdefault(spec.key, deque())
+        coming = self._filling.setdefault(spec.key, set())
+        for _ in range(size - len(waiting) - len(coming)):
+            task = self._spawn(self._ready_one(spec))
+            coming.add(task)
+            task.add_done_callback(coming.discard)
+
+    async def _ready_one(self, spec: _Spec) -> None:
+        kernel_id, cwd = self._new_dir()
+        try:
+            backend = await self._started(spec, kernel_id, cwd)
+            await backend.warm_up()
+        except Exception as exc:  # the owner's next start, cold, says why
+            log.warning("kernelexec: a ready kernel could not be started: %s", exc)
+            return
+        if self._closing:
+            await self._discard(kernel_id, cwd, backend)
+        else:
+            self._ready.setdefault(spec.key, deque()).append((kernel_id, cwd, backend))
+
+    async def _discard(self, kernel_id: str, cwd: Path, backend: LocalBackend) -> None:
+        await backend.shutdown()
+        self._remove(kernel_id, cwd)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def execute(
         self, kernel_id: str, code: str, allow_stdin: bool
@@ -242,7 +322,14 @@ class NodeHost(HostFiles):
             shutil.rmtree(cwd, ignore_errors=True)
 
     async def close(self) -> None:
-        """Stops every kernel of this host (and removes the root it made)."""
+        """Stops every kernel of this host, ready ones too (and removes the root it made)."""
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for waiting in self._ready.values():
+            while waiting:
+                await self._discard(*waiting.popleft())
         for kernel_id in list(self._kernels):
             await self.shutdown(kernel_id)
         if self._made_root:
@@ -253,6 +340,21 @@ class NodeHost(HostFiles):
         if backend is None:
             raise KernelStartError(f"no kernel {kernel_id} on this node (it was shut down)")
         return backend
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """How a kernel is started: the same spec, the same kind of ready kernel."""
+
+    env: dict[str, str]
+    policy: Sandbox | bool | None
+    max_message_bytes: int
+    startup_timeout: float
+
+    @property
+    def key(self) -> str:
+        policy = self.policy.to_dict() if isinstance(self.policy, Sandbox) else self.policy
+        return json.dumps([sorted(self.env.items()), policy, self.max_message_bytes])
 
 
 def _with_gpus(asked: Sandbox | bool | None) -> Sandbox | bool:

@@ -53,19 +53,24 @@ def ray_policy(args: argparse.Namespace) -> Any:
     """The ``RayPolicy`` of the flags, or None without ``--ray``.
 
     Raises:
-        ConfigurationError: a flag's value is unusable, or ``--ray`` comes with
-            a warm pool (whose kernels would be this machine's).
+        ConfigurationError: a flag's value is unusable. ``--pool-size`` with
+            ``--ray`` is each node's pool (``RayBackend(pool=N)``), which shared
+            work dirs cannot have.
     """
     if args.ray is None:
         return None
     from .._server._options import parse_memory
     from .._server._ray_options import RayPolicy
 
-    if getattr(args, "pool_size", None):
+    pool = getattr(args, "pool_size", None) or 0
+    if pool and args.ray_shared_work_root:
         raise ConfigurationError(
-            "--pool-size keeps kernels ready on this machine; with --ray every kernel runs on "
-            "the cluster, whose nodes keep their own warm: leave --pool-size out"
+            "--pool-size with --ray keeps kernels ready on the nodes, each in a folder of its "
+            "node's; with --ray-shared-work-root every kernel runs in its session's own work "
+            "dir: leave one of them out"
         )
+    if not 0 <= pool <= 64:
+        raise ConfigurationError("--pool-size with --ray is a number of kernels from 0 to 64")
     memory = None
     if args.ray_max_memory is not None:
         try:
@@ -73,7 +78,7 @@ def ray_policy(args: argparse.Namespace) -> Any:
         except ValueError as exc:
             raise ConfigurationError(f"--ray-max-memory: {exc}") from None
     policy = RayPolicy(
-        args.ray, args.ray_max_cpus, args.ray_max_gpus, memory, args.ray_shared_work_root
+        args.ray, args.ray_max_cpus, args.ray_max_gpus, memory, args.ray_shared_work_root, pool
     )
     wrong = policy.check()
     if wrong is not None:

@@ -141,4 +141,4 @@ def _node(session: AsyncSession) -> dict[str, Any] | None:
     backend = session._backend
     if not isinstance(backend, RayBackend) or not backend.node:
         return None
-    return {key: backend.node.get(key) for key in ("node_id", "address", "gpus")}
+    return {key: backend.node.get(key) for key in ("node_id", "address", "gpus", "pooled")}

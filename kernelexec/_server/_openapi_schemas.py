@@ -241,7 +241,8 @@ def schemas(config: ServerConfig, kernel_names: list[str]) -> dict[str, Any]:
                 "node": {
                     "type": ["object", "null"],
                     "description": "where its kernel runs on the server's Ray cluster (serve "
-                    "--ray): node_id, address and gpus (the ids of the node's GPUs it holds); "
+                    "--ray): node_id, address, gpus (the ids of the node's GPUs it holds) and "
+                    "pooled (its kernel was a ready one of the node's pool, --pool-size); "
                     "null: on no cluster, or not started",
                 },
                 "message": {

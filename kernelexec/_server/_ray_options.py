@@ -40,6 +40,8 @@ class RayPolicy:
             mounts at the same path (``--ray-shared-work-root``): kernels run in
             their sessions' work dirs, so files, fork, checkpoints and suspend
             work as for local kernels.
+        pool: kernels of each configuration every node's host keeps ready
+            (``--pool-size`` with ``--ray``; ``RayBackend(pool=N)``).
     """
 
     address: str
@@ -47,6 +49,7 @@ class RayPolicy:
     max_gpus: float = 0.0
     max_memory: int | None = None
     shared_work_dirs: bool = False
+    pool: int = 0
 
     def check(self) -> str | None:
         """What is wrong with the caps, as the flag's message; None if nothing."""
@@ -98,6 +101,7 @@ def ray_backend(policy: RayPolicy, asked: Mapping[str, Any], sandbox: Sandbox | 
         policy.address,
         sandbox=sandbox,
         shared_work_dirs=policy.shared_work_dirs,
+        pool=policy.pool,
         **{"num_cpus": 0, **asked},
     )
 
