@@ -369,13 +369,8 @@ async def placement(root: Path, info: ClusterInfo) -> dict[str, Any]:
             backend = RayBackend(num_cpus=2)
             sessions.append(await AsyncSession(root / f"big{index}", backend=backend).start())
         got["two_cpu_nodes"] = [s._backend.node["node_id"] for s in sessions]
-        try:
-            third = AsyncSession(root / "big2", backend=RayBackend(num_cpus=2, startup_timeout=3))
-            await third.start()
-            got["refused"] = ["nothing", ""]
-            await third.close()
-        except Exception as exc:
-            got["refused"] = [type(exc).__name__, str(exc)]
+        third = AsyncSession(root / "big2", backend=RayBackend(num_cpus=2, startup_timeout=3))
+        got["refused"] = await _start_refused(third)
     finally:
         for session in sessions:
             await session.close()
@@ -540,6 +535,16 @@ async def _calls_and_streaming(session: AsyncSession, got: dict[str, Any]) -> No
     got["printing_cell_lines_at"] = [round(at, 3) for at in lines]
 
 
+async def _start_refused(session: AsyncSession) -> list[str]:
+    """How its start was refused: [exception name, message]; ["nothing", ""] if it started."""
+    try:
+        await session.start()
+    except KernelexecError as exc:
+        return [type(exc).__name__, str(exc)]
+    await session.close()
+    return ["nothing", ""]
+
+
 async def gpus(root: Path) -> dict[str, Any]:
     """Sessions holding GPUs of the node that has two (Ray counts them; none is real here)."""
     got: dict[str, Any] = {}
@@ -558,10 +563,7 @@ async def gpus(root: Path) -> dict[str, Any]:
         third = AsyncSession(
             root / "g2", backend=RayBackend(num_cpus=0, num_gpus=1, startup_timeout=3)
         )
-        try:
-            await third.start()
-        except KernelexecError as exc:
-            got["third"] = [type(exc).__name__, str(exc)]
+        got["third"] = await _start_refused(third)
     finally:
         for session in holders:
             await session.close()
