@@ -245,6 +245,16 @@ def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> 
     assert got["stopped"] == 0, got
 
 
+def test_a_tenants_cpu_quota_holds_on_the_cluster_measured_by_the_node(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "quota")
+    assert got["node"] in record["workers"], got
+    # Stopped by the quota (measured on the node while the loop ran), not by its timeout.
+    assert got["status"] == "quota_exceeded" and "cpu_seconds_per_hour" in got["message"], got
+    assert got["again"] == [429, "cpu_seconds_per_hour"], got
+
+
 def test_mcp_ray_runs_its_sessions_on_the_cluster(record: dict[str, Any]) -> None:
     got = part(record, "mcp")
     assert not got["error"] and "42" in got["text"], got
@@ -302,6 +312,7 @@ def cluster_scenario(info: ClusterInfo) -> dict[str, Any]:
         ("shared", lambda: shared(root / "shared", info)),
         ("serve", lambda: serve(root / "serve", info)),
         ("mcp", lambda: mcp(root / "mcp", info)),
+        ("quota", lambda: quota(root / "quota", info)),
         ("loss", lambda: loss(root / "loss", info)),
         ("frozen", lambda: frozen(root / "frozen", info)),
     ]
@@ -767,6 +778,38 @@ async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
         got["fork"] = [fork.status_code, fork.json().get("message", "")]
     finally:
         got["stopped"] = await asyncio.to_thread(server.stop)
+    return got
+
+
+async def quota(root: Path, info: ClusterInfo) -> dict[str, Any]:
+    """A tenant's CPU quota holds for its kernels on the cluster, measured on their nodes."""
+    from test_tenants_server import client, tenants_server
+
+    got: dict[str, Any] = {}
+    root.mkdir(parents=True)
+    tenants = {"burner": {"quotas": {"cpu_seconds_per_hour": 3}}}
+    server, _, tokens = await asyncio.to_thread(
+        tenants_server, root, tenants, "--ray", info.address
+    )
+    burner = client(server, tokens["burner"])
+    try:
+        made = (await asyncio.to_thread(burner.post, "/sessions", json={})).json()["id"]
+        clock = time.monotonic()
+        burn = {"code": "while True: pass", "timeout": 60}
+        result = (
+            await asyncio.to_thread(burner.post, f"/sessions/{made}/execute", json=burn)
+        ).json()
+        got["seconds"] = round(time.monotonic() - clock, 1)
+        got["status"], got["message"] = result["status"], result.get("message") or ""
+        again = await asyncio.to_thread(
+            burner.post, f"/sessions/{made}/execute", json={"code": "1"}
+        )
+        got["again"] = [again.status_code, again.json().get("quota")]
+        state = (await asyncio.to_thread(burner.get, f"/sessions/{made}")).json()
+        got["node"] = (state.get("node") or {}).get("node_id")
+    finally:
+        burner.close()
+        await asyncio.to_thread(server.stop)
     return got
 
 

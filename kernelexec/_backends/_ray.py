@@ -358,6 +358,15 @@ class RayBackend:
         )
         return list(await asyncio.wait_for(_awaitable(task.remote()), self.startup_timeout))
 
+    async def cpu_seconds(self) -> tuple[str, float] | None:
+        """The running kernel's id and the CPU seconds of its process tree, as its node's
+        host measures them (a server's CPU quotas); None when no kernel runs."""
+        kernel = self._kernel
+        if kernel is None or not self._reachable:
+            return None
+        found = await self._answer(self._host.cpu_seconds.remote(kernel), _CALL_SECONDS)
+        return None if found is None else (kernel, float(found))
+
     def files(self, root: Path) -> NodeAccess | None:
         """The session's files, its work dir ``root`` here and its kernel's on the node,
         as one (``AsyncSession.files``); None when they are all in ``root`` (shared work

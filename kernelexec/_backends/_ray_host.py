@@ -44,6 +44,7 @@ from .._environment import kernel_env
 from .._exceptions import KernelStartError
 from ._base import KernelMessage
 from ._caps import MAX_MESSAGE_BYTES
+from ._cpu import tree_cpu_seconds
 from ._local import LocalBackend
 from ._ray_files import HostFiles
 
@@ -164,6 +165,15 @@ class NodeHost(HostFiles):
             "pooled": ready is not None,
             "seconds": time.perf_counter() - began,
         }
+
+    async def cpu_seconds(self, kernel_id: str) -> float | None:
+        """CPU seconds of the kernel's process tree, read from this node's /proc (not
+        from what the kernel reports); None when it no longer runs."""
+        backend = self._kernels.get(kernel_id)
+        pid = None if backend is None else backend.pid
+        if pid is None:
+            return None
+        return (await asyncio.to_thread(tree_cpu_seconds, [pid])).get(pid)
 
     def ready(self) -> int:
         """Kernels waiting in this host's pools, every configuration's together."""

@@ -5,14 +5,15 @@ Each quota of ``Quotas`` can only ask for less than the server's own caps
 a quota is answered 429 ``quota_exceeded``, naming the quota in the message
 and in the body's ``quota`` field, with ``Retry-After`` where waiting helps.
 
-CPU is measured by the host (``_cpu.py``), not taken from what kernels
+CPU is measured by the host (``_backends/_cpu.py``), not taken from what kernels
 report: ``QuotaKeeper`` reads the process trees of the kernels of every
 tenant with a CPU quota, four times a second while one of them runs an
 execution and every two seconds otherwise, into a rolling hour per tenant.
 A tenant past its quota has its running executions stopped (status
 ``"quota_exceeded"``, the message naming the quota) and new ones refused
-until enough of the hour has passed. Kernels the host has no process of
-(Docker, gateways) are counted by the usage their results carry.
+until enough of the hour has passed. A kernel on a Ray node is measured the
+same way by that node's host (``RayBackend.cpu_seconds``). Kernels no host of
+ours runs (Docker, gateways) are counted by the usage their results carry.
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from .._backends._cpu import tree_cpu_seconds
 from .._exceptions import KernelexecError
 from .._execution._models import ExecutionResult
 from .._tenants._models import Tenant
 from .._tenants._registry import TenantRegistry
 from .._workdir import list_tree
-from ._cpu import tree_cpu_seconds
 from ._errors import ApiError
 
 if TYPE_CHECKING:
@@ -69,7 +70,8 @@ class QuotaKeeper:
     def __init__(self, registry: Registry, tenants: TenantRegistry) -> None:
         self.registry = registry
         self.tenants = tenants
-        self._readings: dict[str, tuple[int, float]] = {}  # session id -> (pid, cpu seconds)
+        # session id -> (its kernel: a pid here, an id on a Ray node; its CPU seconds)
+        self._readings: dict[str, tuple[int | str, float]] = {}
         self._spent: dict[str, collections.deque[tuple[float, float]]] = {}  # per tenant
         self._poked = asyncio.Event()
 
@@ -154,8 +156,13 @@ class QuotaKeeper:
             self._spent.setdefault(name, collections.deque()).append((time.monotonic(), seconds))
 
     def charge_result(self, entry: Entry, result: ExecutionResult) -> None:
-        """Counts a result's usage for a kernel the host cannot measure itself."""
-        if _pid(entry) is None and result.usage is not None and self._metered(entry.tenant):
+        """Counts a result's usage for a kernel no host of ours can measure."""
+        if (
+            _pid(entry) is None
+            and _remote_meter(entry) is None
+            and result.usage is not None
+            and self._metered(entry.tenant)
+        ):
             self.charge(entry.tenant, result.usage.user_seconds + result.usage.system_seconds)
 
     async def sample(self) -> bool:
@@ -164,23 +171,24 @@ class QuotaKeeper:
         entries = [
             e
             for e in self.registry.entries()
-            if self._metered(e.tenant) and not (e.culled or e.lost) and _pid(e) is not None
+            if self._metered(e.tenant)
+            and not (e.culled or e.lost)
+            and (_pid(e) is not None or _remote_meter(e) is not None)
         ]
-        pids = {e.id: pid for e in entries if (pid := _pid(e)) is not None}
-        found = await asyncio.to_thread(tree_cpu_seconds, pids.values())
+        readings = await self._read(entries)
         burning: set[str] = set()  # sessions whose kernels used CPU since the last reading
         for entry in entries:
-            pid = pids[entry.id]
-            if pid not in found:
+            if entry.id not in readings:
                 continue
+            kernel, now = readings[entry.id]
             before = self._readings.get(entry.id)
             # A new kernel (restarted, resumed) is counted from its own start.
-            delta = found[pid] - before[1] if before and before[0] == pid else found[pid]
-            self._readings[entry.id] = (pid, found[pid])
+            delta = now - before[1] if before and before[0] == kernel else now
+            self._readings[entry.id] = (kernel, now)
             self.charge(entry.tenant, max(delta, 0.0))
             if delta > _IDLE_CPU:
                 burning.add(entry.id)
-        for gone in set(self._readings) - set(pids):
+        for gone in set(self._readings) - set(readings):
             del self._readings[gone]
         busy = False
         for entry in entries:
@@ -201,6 +209,24 @@ class QuotaKeeper:
                 with contextlib.suppress(KernelexecError):
                     await entry.session.interrupt()
         return busy
+
+    async def _read(self, entries: list[Entry]) -> dict[str, tuple[int | str, float]]:
+        """Each session's kernel (its pid here, or its id on a Ray node) and CPU seconds:
+        this machine's kernels from its /proc, a node's from its host's."""
+        pids = {e.id: pid for e in entries if (pid := _pid(e)) is not None}
+        found = await asyncio.to_thread(tree_cpu_seconds, pids.values())
+        readings: dict[str, tuple[int | str, float]] = {
+            session: (pid, found[pid]) for session, pid in pids.items() if pid in found
+        }
+        for entry in entries:
+            meter = _remote_meter(entry)
+            if entry.id in pids or meter is None:
+                continue
+            with contextlib.suppress(KernelexecError, OSError):
+                measured = await meter()
+                if measured is not None:
+                    readings[entry.id] = measured
+        return readings
 
     def poke(self) -> None:
         """An execution is starting: read CPU at the quick pace from now."""
@@ -308,6 +334,13 @@ class QuotaKeeper:
 
     def _any_metered(self) -> bool:
         return any(t.quotas.cpu_seconds_per_hour is not None for t in self.tenants.config.tenants)
+
+
+def _remote_meter(entry: Entry) -> Callable[[], Awaitable[tuple[str, float] | None]] | None:
+    """How a kernel on another machine is measured by a host of ours there (a Ray node's):
+    its backend's ``cpu_seconds``; None for kernels no host of ours runs."""
+    meter = getattr(getattr(entry.session, "_backend", None), "cpu_seconds", None)
+    return meter if callable(meter) else None
 
 
 def _pid(entry: Entry) -> int | None:
