@@ -105,6 +105,10 @@ def test_a_session_on_a_worker_node_does_what_a_local_one_does(record: dict[str,
     assert got["transcript_cells"] >= 6, got
     # The kernel's files are on its node; the caller's work dir holds what we made.
     assert got["kernel_cwd"] != got["caller_dir"] and not got["made_on_caller"], got
+    # Closed, the session kept them: copied from the node, but no link, and the caller's
+    # transcript stays its own (the kernel wrote one of that name on its node).
+    assert got["brought_back"] == {"made.txt": "on the node", "in/data.csv": "a,b\n1\n"}, got
+    assert not got["leak_brought"] and got["transcript_after_close"] >= 6, got
     for call in ("checkpoint", "fork"):
         refused = got[f"{call}_refused"]
         assert refused[0] == "CheckpointError" and "shared_work_dirs=True" in refused[1], refused
@@ -367,8 +371,16 @@ async def basics(root: Path) -> dict[str, Any]:
                 got[f"{call}_refused"] = ["nothing", ""]
             except Exception as exc:
                 got[f"{call}_refused"] = [type(exc).__name__, str(exc)]
+        await session.execute("open('transcript.ipynb', 'w').write('forged on the node')")
         await session.flush()
         got["transcript_cells"] = len(nbformat.read(session.notebook_path, 4).cells)
+    # Closed: what the kernel wrote on its node came into the caller's work dir first.
+    got["brought_back"] = {
+        name: (root / name).read_text() if (root / name).is_file() else None
+        for name in ("made.txt", "in/data.csv")
+    }
+    got["leak_brought"] = (root / "leak").exists() or (root / "leak").is_symlink()
+    got["transcript_after_close"] = len(nbformat.read(session.notebook_path, 4).cells)
     return got
 
 

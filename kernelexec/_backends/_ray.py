@@ -25,6 +25,7 @@ without the ``ray`` extra.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 import uuid
@@ -35,14 +36,16 @@ from typing import Any
 
 from .._containment._sandbox import Sandbox
 from .._environment import remote_env
-from .._exceptions import ConfigurationError, KernelStartError
+from .._exceptions import ConfigurationError, KernelexecError, KernelStartError
 from .._workdir import Refused
 from ._base import KernelMessage
 from ._caps import DROPPED, MAX_MESSAGE_BYTES
-from ._ray_files import NodeAccess
+from ._ray_files import NodeAccess, bring_back
 from ._ray_host import _FIRST_WAIT
 
 __all__ = ["RayBackend", "join"]
+
+log = logging.getLogger("kernelexec")
 
 # What a host may take for a call that does not wait on the kernel (an interrupt, a
 # shutdown), before its node counts as lost.
@@ -58,6 +61,8 @@ _HOSTS: dict[tuple[str, bool | None], Any] = {}
 _LOST_NODES: dict[str, float] = {}
 _LEFT_OUT_FOR = 60.0
 _NODE_ID_LABEL = "ray.io/node-id"
+# What of a kernel's files on its node comes into the caller's work dir when it stops.
+BRING_BACK_BYTES = 2**30
 
 
 class RayBackend:
@@ -275,11 +280,34 @@ class RayBackend:
         self._alive_at = time.monotonic()
 
     async def shutdown(self) -> None:
+        if self._reachable and not self.shared_work_dirs:
+            await self._bring_back()
         kernel, self._kernel = self._kernel, None
         self._batch.clear()
         if kernel is not None and self._lost is None:
             await self._answer(self._host.shutdown.remote(kernel), _CALL_SECONDS + self.lost_after)
         self._release()
+
+    async def _bring_back(self) -> None:
+        """The kernel's files on its node, copied into the caller's work dir before the
+        node's folder goes with the kernel: a closed or culled session keeps its files,
+        as a local one does (what does not come is logged)."""
+        assert self._kernel is not None
+        try:
+            copied, left = await bring_back(
+                self._host_call, self._kernel, self._cwd, BRING_BACK_BYTES
+            )
+        except (OSError, KernelexecError) as exc:  # a full disk here, a lost node
+            log.warning("kernelexec: the kernel's files on its Ray node did not come: %s", exc)
+            return
+        if left:
+            log.warning(
+                "kernelexec: %d files of the kernel came from its Ray node into %s; left "
+                "there, and gone with it: %s",
+                copied,
+                self._cwd,
+                "; ".join(left[:20]),
+            )
 
     async def ask_control(
         self, msg_type: str, content: dict[str, Any], reply: str, timeout: float

@@ -26,9 +26,11 @@ from typing import Any, BinaryIO
 
 from .. import _workdir
 
-__all__ = ["HostFiles", "NodeAccess"]
+__all__ = ["HostFiles", "NodeAccess", "bring_back"]
 
 _OPEN_MOST = 16  # files a kernel's owner may hold open on the node, to read and to upload each
+_CHUNK = 8 * 2**20  # bytes a read through the host answers with at most
+_BRING_BACK_FILES = 10_000
 
 
 class HostFiles:
@@ -208,3 +210,59 @@ class _Sending:
 
     async def abort(self) -> None:
         await self._call("upload_abort", self.handle)
+
+
+async def bring_back(call: Any, kernel_id: str, root: Path, most: int) -> tuple[int, list[str]]:
+    """Copies what the kernel wrote on its node into the caller's work dir ``root``, as its
+    node folder is about to go (the session closes, or is culled).
+
+    A name the caller's work dir already has (the transcript, a saved output, a file
+    there before) is kept as it is; links and pipes on the node are never followed or
+    copied; each file lands whole or not at all. At most ``most`` bytes come.
+
+    Returns:
+        How many files came, and what was left on the node, said in words.
+    """
+    listing: _workdir.Listing = await call("files_list", kernel_id, _BRING_BACK_FILES)
+    left = [f"more than {_BRING_BACK_FILES:,} files"] if listing.truncated else []
+    copied, budget = 0, most
+    for entry in listing.files:
+        parts = _workdir.parts_of(entry.path)
+        if await asyncio.to_thread(_held_here, root, parts):
+            continue
+        if entry.size > budget:
+            left.append(f"{entry.path} ({entry.size:,} bytes, past {most:,} in all)")
+            continue
+        try:
+            size = await _copy_back(call, kernel_id, entry.path, root, parts)
+        except _workdir.Refused as exc:
+            left.append(f"{entry.path} ({exc})")
+            continue
+        budget -= size
+        copied += 1
+    return copied, left
+
+
+def _held_here(root: Path, parts: list[str]) -> bool:
+    """Whether the caller's work dir has something at that name (or a link on the way)."""
+    try:
+        _workdir.open_read(root, parts).close()
+    except _workdir.Refused as exc:
+        return exc.reason not in ("missing", "not_a_folder")
+    return True
+
+
+async def _copy_back(call: Any, kernel_id: str, path: str, root: Path, parts: list[str]) -> int:
+    handle, size, _ = await call("files_open", kernel_id, path)
+    try:
+        upload = await asyncio.to_thread(_workdir.Upload, root, parts)
+        try:
+            while chunk := await call("files_read", handle, _CHUNK):
+                await asyncio.to_thread(upload.write, chunk)
+            await asyncio.to_thread(upload.commit)
+        except BaseException:
+            upload.abort()
+            raise
+    finally:
+        await call("files_close", handle)
+    return int(size)
