@@ -95,6 +95,22 @@ class DiskSpaceError(KernelexecError):
     """
 
 
+class FileRefusedError(KernelexecError):
+    """A path of a session's files that cannot be read or written: malformed, outside the
+    work dir, through a link, no regular file, or the transcript. The message says which.
+
+    Attributes:
+        reason: what was met ("invalid", "link", "missing", "not_a_file", "reserved", ...).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[FileRefusedError], tuple[str, str]]:
+        return FileRefusedError, (self.reason, str(self))
+
+
 class KernelStartError(KernelexecError):
     """A kernel could not be started; the message says why and what to do."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelexec import _workdir
+from kernelexec import AsyncSession, FileInfo, FileRefusedError, Session, _workdir
 from kernelexec._server._errors import ApiError
 from kernelexec._server._files import list_files, write_file
 from kernelexec._session._files import LocalAccess
@@ -270,3 +270,39 @@ async def test_the_transcript_replaces_a_link_at_its_name(tmp_path: Path, root: 
     assert not (root / "transcript.ipynb").is_symlink()
     assert outside.read_text().count("SECRET") == 1
     assert [p.name for p in root.iterdir() if ".broken-" in p.name]  # the link, moved aside
+
+
+async def test_a_sessions_files_api_lists_downloads_and_uploads_and_refuses_links(
+    tmp_path: Path,
+) -> None:
+    async with AsyncSession(tmp_path / "w") as session:
+        await session.execute(
+            "import os\nos.makedirs('a', exist_ok=True)\n"
+            "open('a/b.txt', 'w').write('from the kernel')\nos.symlink('/etc/passwd', 'leak')"
+        )
+        listed = {f.path: f for f in await session.files()}
+        assert isinstance(listed["a/b.txt"], FileInfo) and listed["a/b.txt"].size == 15
+        assert "leak" not in listed and "transcript.ipynb" in listed
+        assert await session.download("a/b.txt") == b"from the kernel"
+        sent = await session.upload("in/data.csv", "x,y\n1,2\n")
+        assert (sent.path, sent.size) == ("in/data.csv", 8)
+        seen = await session.execute("print(open('in/data.csv').read(), end='')")
+        assert seen.stdout == "x,y\n1,2\n"
+        for path, reason in (("leak", "link"), ("../x", "invalid"), ("nope", "missing")):
+            with pytest.raises(FileRefusedError) as refused:
+                await session.download(path)
+            assert refused.value.reason == reason, refused.value
+        with pytest.raises(FileRefusedError) as reserved:
+            await session.upload("transcript.ipynb", b"{}")
+        assert reserved.value.reason == "reserved"
+        with pytest.raises(FileRefusedError):
+            await session.upload("leak", b"through the link?")
+    assert not (tmp_path / "w" / "leak").resolve().read_bytes().startswith(b"through")
+
+
+def test_the_sync_facade_has_the_files_api_too(tmp_path: Path) -> None:
+    with Session(tmp_path / "s") as session:
+        session.upload("hello.txt", b"hi")
+        assert session.execute("print(open('hello.txt').read())").stdout == "hi\n"
+        assert [f.path for f in session.files()] == ["hello.txt", "transcript.ipynb"]
+        assert session.download("hello.txt") == b"hi"

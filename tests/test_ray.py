@@ -475,7 +475,7 @@ async def twenty(root: Path) -> dict[str, Any]:
             shown = await session.execute("plt.figure(); plt.plot([3, 1]); plt.show()")
             got["nodes"].append(session._backend.node["node_id"])
             got["ran"].append([ran.stdout.strip(), [f for f in shown.files if f.endswith(".png")]])
-            reader = await session.files.open_read("mine.txt")  # on its node
+            reader = await session.file_access.open_read("mine.txt")  # on its node
             folder = Path(session._backend.node["work_dir"]).name
             got["read_back"].append((await reader.read(100)).decode() == folder)
             await reader.close()
@@ -500,7 +500,7 @@ async def _files_through_the_host(session: AsyncSession) -> dict[str, Any]:
     from kernelexec._workdir import Refused
 
     got: dict[str, Any] = {"node": session._backend.node["node_id"]}
-    files = session.files
+    files = session.file_access
     got["listed"] = [entry.path for entry in (await files.listing(100)).files]
     reader = await files.open_read("made.txt")
     got["read"] = [(await reader.read(100)).decode(), reader.size]

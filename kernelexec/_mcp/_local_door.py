@@ -161,14 +161,14 @@ class LocalDoor:
     async def files(self, name: str) -> dict[str, Any]:
         session = self.sessions.get(name)
         work_dir = session.work_dir
-        found, cut, skipped = await files_in(session.files)
+        found, cut, skipped = await files_in(session.file_access)
         listed = [f.to_dict() for f in found]
         return {"work_dir": str(work_dir), "files": listed, "truncated": cut, "skipped": skipped}
 
     async def read(
         self, name: str, path: str, limit: int, *, whole: bool = False
     ) -> tuple[bytes, int]:
-        return await read_head(self.sessions.get(name).files, path, limit, whole=whole)
+        return await read_head(self.sessions.get(name).file_access, path, limit, whole=whole)
 
     async def notebook(self, name: str) -> tuple[bytes | None, str]:
         session = self.sessions.get(name)
@@ -178,7 +178,7 @@ class LocalDoor:
         return read_notebook(session.work_dir, session.notebook_path), relative
 
     async def where(self, name: str, path: str) -> str:
-        target = await where(self.sessions.get(name).files, path)
+        target = await where(self.sessions.get(name).file_access, path)
         return f"open {target} on the MCP server's machine"
 
     async def variables(self, name: str) -> list[dict[str, Any]]:

@@ -365,7 +365,7 @@ def _gone() -> ApiError:
 
 async def files(request: Request) -> Response:
     entry = _state(request).registry.get(_id(request))
-    found, truncated, skipped = await list_files(entry.session.files)
+    found, truncated, skipped = await list_files(entry.session.file_access)
     return JSONResponse(
         {"files": [f.to_dict() for f in found], "truncated": truncated, "skipped": skipped}
     )
@@ -379,7 +379,7 @@ async def download(request: Request) -> Response:
             404, "file_not_found", f"no file {raw[:200]!r}: it is longer than a file system allows"
         )
     # Opened once, with no link followed, and that very file is sent.
-    return await file_download(entry.session.files, raw, head=request.method == "HEAD")
+    return await file_download(entry.session.file_access, raw, head=request.method == "HEAD")
 
 
 async def upload(request: Request) -> Response:
@@ -412,7 +412,7 @@ async def upload(request: Request) -> Response:
             ),
         )
     info = await write_file(
-        entry.session.files,
+        entry.session.file_access,
         entry.work_dir,
         raw,
         chunks,

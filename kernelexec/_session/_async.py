@@ -17,12 +17,13 @@ from .._execution._background import Execution, ExecutionStore, run_in_backgroun
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult, Limits
 from .._markdown._blocks import BlockResult, CodeBlock, extract_code_blocks, run_blocks
+from .._remote_models import FileInfo
 from .._state._fork import ForkMethod, ForkReport
 from .._state._manifest import Checkpoint, RestoreReport
 from .._state._variables import Variable, VariableDetail, inspect_variable, list_variables
 from . import _execute
 from ._checkpointing import checkpoint_now
-from ._files import LocalAccess, WorkDirAccess
+from ._files import LocalAccess, WorkDirAccess, list_files, read_file, write_file
 from ._lifecycle import (
     STATE_LOST,
     await_pending_restart,
@@ -284,13 +285,37 @@ class AsyncSession:
         return self._closed
 
     @property
-    def files(self) -> WorkDirAccess:
+    def file_access(self) -> WorkDirAccess:
         """The session's files, where its kernel can see them: the work dir, and on a
         Ray node without shared storage, the kernel's own folder there too. The doors'
-        files APIs go through it; no link is followed on either side."""
+        files APIs and ``files``, ``download`` and ``upload`` go through it; no link is
+        followed on either side."""
         remote = getattr(self._backend, "files", None)
         found = remote(self.work_dir) if callable(remote) else None
         return found if found is not None else LocalAccess(self.work_dir)
+
+    async def files(self) -> list[FileInfo]:
+        """The session's files (at most 10,000): path, size, modified time, as a
+        server's ``files()`` lists them; links and pipes left out."""
+        return await list_files(self.file_access)
+
+    async def download(self, path: str) -> bytes:
+        """A file of the session's, whole (a kernel's on its Ray node too).
+
+        Raises:
+            FileRefusedError: the path is malformed, climbs, leads through a
+                link, or names no regular file.
+        """
+        return await read_file(self.file_access, path)
+
+    async def upload(self, path: str, data: bytes | str) -> FileInfo:
+        """Writes a file where the kernel reads it, whole or not at all (text as UTF-8).
+
+        Raises:
+            FileRefusedError: as for ``download``, or ``path`` is the transcript.
+            DiskSpaceError: the disk has no room for it.
+        """
+        return await write_file(self.file_access, path, data, self.work_dir, self.notebook_path)
 
     @property
     def sandbox(self) -> Sandbox | None:

@@ -16,10 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from .._exceptions import FileRefusedError
+from .._remote_models import FileInfo
 from .._state import _disk
-from .._workdir import Listing, Reading, Upload, list_tree, open_read, parts_of
+from .._times import iso
+from .._workdir import Listing, Reading, Refused, Upload, list_tree, locate, open_read, parts_of
 
-__all__ = ["FileReader", "FileWriter", "LocalAccess", "WorkDirAccess"]
+__all__ = [
+    "MAX_LISTED",
+    "FileReader",
+    "FileWriter",
+    "LocalAccess",
+    "WorkDirAccess",
+    "list_files",
+    "read_file",
+    "write_file",
+]
+
+MAX_LISTED = 10_000  # files a listing shows at most
 
 
 class FileReader(Protocol):
@@ -120,3 +134,59 @@ class _LocalWriter:
 
     async def abort(self) -> None:
         self.upload.abort()
+
+
+# -- the library's own files API (AsyncSession.files, download, upload)
+
+
+async def list_files(files: WorkDirAccess) -> list[FileInfo]:
+    """The regular files of a session's (at most ``MAX_LISTED``), as a server lists them."""
+    try:
+        found = await files.listing(MAX_LISTED)
+    except Refused as exc:
+        if exc.reason == "missing":
+            return []
+        raise FileRefusedError(exc.reason, str(exc)) from None
+    return [FileInfo(e.path, e.size, iso(e.modified)) for e in found.files]
+
+
+async def read_file(files: WorkDirAccess, path: str) -> bytes:
+    """The file's bytes, whole, from the very file opened."""
+    try:
+        file = await files.open_read(path)
+    except Refused as exc:
+        raise FileRefusedError(exc.reason, str(exc)) from None
+    try:
+        chunks = []
+        while chunk := await file.read(_CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        await file.close()
+
+
+async def write_file(
+    files: WorkDirAccess, path: str, data: bytes | str, root: Path, notebook: Path
+) -> FileInfo:
+    """``data`` at ``path`` (text as UTF-8), whole or not at all; never the transcript."""
+    body = data.encode() if isinstance(data, str) else bytes(data)
+    try:
+        parts = parts_of(path)
+        if locate(notebook, root) == (root, parts):
+            raise FileRefusedError(
+                "reserved", f"{path[:200]!r} is the session's transcript, which kernelexec writes"
+            )
+        upload = await files.upload(parts, len(body))
+        try:
+            for start in range(0, len(body), _CHUNK):
+                await upload.write(body[start : start + _CHUNK])
+            size, modified = await upload.commit()
+        except BaseException:
+            await upload.abort()
+            raise
+    except Refused as exc:
+        raise FileRefusedError(exc.reason, str(exc)) from None
+    return FileInfo("/".join(parts), size, iso(modified))
+
+
+_CHUNK = 1 << 20

@@ -21,6 +21,7 @@ from .._execution._background import Execution, ExecutionEvent, ExecutionState
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult
 from .._markdown._blocks import BlockResult
+from .._remote_models import FileInfo
 from .._state._fork import ForkMethod, ForkReport
 from .._state._manifest import Checkpoint, RestoreReport
 from .._state._variables import Variable, VariableDetail
@@ -394,6 +395,18 @@ class Session:
         child._async = _call(made)
         _open.add(child._async)
         return child
+
+    def files(self) -> list[FileInfo]:
+        """AsyncSession.files, synchronously: the session's files."""
+        return _call(self._async.files())
+
+    def download(self, path: str) -> bytes:
+        """AsyncSession.download, synchronously: a file of the session's, whole."""
+        return _call(self._async.download(path))
+
+    def upload(self, path: str, data: bytes | str) -> FileInfo:
+        """AsyncSession.upload, synchronously: a file where the kernel reads it."""
+        return _call(self._async.upload(path, data))
 
     def variables(self) -> list[Variable]:
         """AsyncSession.variables, synchronously; from another thread while a cell runs."""
