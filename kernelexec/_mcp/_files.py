@@ -14,7 +14,7 @@ from .. import _workdir
 from .._remote_models import FileInfo
 from .._server._errors import ApiError
 from .._server._files import list_files as _list_files
-from .._session._files import WorkDirAccess
+from .._session._files import WorkDirAccess, read_up_to
 
 __all__ = ["FileRefused", "files_in", "read_head", "read_notebook", "where"]
 
@@ -56,13 +56,7 @@ async def read_head(
     try:
         if whole and file.size > limit:
             return b"", file.size
-        head = b""
-        while len(head) < limit:
-            chunk = await file.read(limit - len(head))
-            if not chunk:
-                break
-            head += chunk
-        return head, file.size
+        return await read_up_to(file, limit), file.size
     finally:
         await file.close()
 

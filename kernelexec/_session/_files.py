@@ -30,6 +30,7 @@ __all__ = [
     "WorkDirAccess",
     "list_files",
     "read_file",
+    "read_up_to",
     "write_file",
 ]
 
@@ -157,12 +158,22 @@ async def read_file(files: WorkDirAccess, path: str) -> bytes:
     except Refused as exc:
         raise FileRefusedError(exc.reason, str(exc)) from None
     try:
-        chunks = []
-        while chunk := await file.read(_CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await read_up_to(file, None)
     finally:
         await file.close()
+
+
+async def read_up_to(file: FileReader, most: int | None) -> bytes:
+    """The file's next bytes, at most ``most`` (None: to its end), read in chunks."""
+    chunks: list[bytes] = []
+    got = 0
+    while most is None or got < most:
+        chunk = await file.read(_CHUNK if most is None else min(_CHUNK, most - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 async def write_file(
