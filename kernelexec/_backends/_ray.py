@@ -374,8 +374,8 @@ class RayBackend:
         """The ids of the GPUs Ray gave the session's bundle, asked of a task run in it.
 
         A bundle holds particular GPUs of its node, and a task in the bundle is
-        told which (``ray.get_gpu_ids``): the kernel is then given those, and
-        only those (``CUDA_VISIBLE_DEVICES``).
+        told which (``ray.get_gpu_ids``): the kernel is then given those
+        (``CUDA_VISIBLE_DEVICES``).
         """
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -390,16 +390,16 @@ class RayBackend:
         """The running kernel's id and the CPU seconds of its process tree, as its node's
         host measures them (a server's CPU quotas); None when no kernel runs."""
         kernel = self._kernel
-        if kernel is None or not self._reachable:
+        if kernel is None or self._lost is not None:
             return None
         found = await self._answer(self._host.cpu_seconds.remote(kernel), _CALL_SECONDS)
         return None if found is None else (kernel, float(found))
 
     def files(self, root: Path) -> NodeAccess | None:
         """The session's files, its work dir ``root`` here and its kernel's on the node,
-        as one (``AsyncSession.files``); None when they are all in ``root`` (shared work
-        dirs) or no kernel runs."""
-        if self.shared_work_dirs or self._kernel is None or not self._reachable:
+        as one (``AsyncSession.file_access``); None when they are all in ``root`` (shared
+        work dirs) or no kernel runs."""
+        if self.shared_work_dirs or self._kernel is None or self._lost is not None:
             return None
         return NodeAccess(
             root, self._host_call, self.node["node_id"], self._kernel, self.node["work_dir"]
