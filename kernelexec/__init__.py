@@ -10,7 +10,7 @@ with kernelexec.Session() as session:
 from ._containment import _secrecy  # noqa: F401
 
 # isort: split
-from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend, RayBackend
+from ._backends import DockerBackend, GatewayBackend, KernelBackend, LocalBackend
 from ._client import (
     AsyncClient,
     AsyncRemoteExecution,
@@ -42,6 +42,7 @@ from ._execution._data import ChartData, TableData
 from ._execution._live import LiveOutput
 from ._execution._models import ExecutionError, ExecutionResult, Limits, Status, Usage
 from ._markdown._blocks import BlockResult
+from ._ray import RayBackend
 from ._remote_models import CheckpointInfo, FileInfo, SessionInfo
 from ._session._async import AsyncSession
 from ._session._pool import KernelPool

@@ -24,6 +24,8 @@ These are raised only when kernelexec itself cannot do what was asked::
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AuthenticationError",
     "CheckpointError",
@@ -75,6 +77,10 @@ class CheckpointError(ConfigurationError):
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Whole across a process boundary (a Ray node's host forks a kernel).
+        return _rebuilt, (type(self), str(self), {"transient": self.transient})
 
 
 class IncompatibleCheckpointError(CheckpointError):
@@ -165,3 +171,8 @@ class SessionNotFoundError(ServerError):
 
 class SessionCulledError(ServerError):
     """The session sat idle too long and its kernel was shut down; its files are kept."""
+
+
+def _rebuilt(cls: type[Exception], message: str, keywords: dict[str, Any]) -> Exception:
+    """An exception of ``cls`` made again from what ``__reduce__`` kept of it."""
+    return cls(message, **keywords)

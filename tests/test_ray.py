@@ -7,7 +7,8 @@ turn, recording what it saw; the tests below read the record. Parts:
 - ``basics``: a session's kernel on a worker node answers, keeps its state,
   saves its outputs and transcript on the caller's side, lists variables,
   runs in the background, reads stdin, is interrupted by a timeout and keeps
-  its state; checkpoint and fork say plainly they are not there yet.
+  its state; a fork is made on its node by the node's host (no shared storage),
+  holding its variables and files; a checkpoint says plainly it needs shared storage.
 - ``placement``: Ray places each session by what it holds (CPUs, a custom
   resource, node labels); one that fits nowhere is refused in words naming
   the cluster's capacity; a warm node starts a kernel fast.
@@ -51,7 +52,7 @@ from conftest import process_gone
 from servers import unavailable
 
 from kernelexec import AsyncSession, KernelexecError, Limits, RayBackend
-from kernelexec._backends._ray import _awaitable
+from kernelexec._ray._backend import _awaitable
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -109,9 +110,30 @@ def test_a_session_on_a_worker_node_does_what_a_local_one_does(record: dict[str,
     # transcript stays its own (the kernel wrote one of that name on its node).
     assert got["brought_back"] == {"made.txt": "on the node", "in/data.csv": "a,b\n1\n"}, got
     assert not got["leak_brought"] and got["transcript_after_close"] >= 6, got
-    for call in ("checkpoint", "fork"):
-        refused = got[f"{call}_refused"]
-        assert refused[0] == "CheckpointError" and "shared_work_dirs=True" in refused[1], refused
+    refused = got["checkpoint_refused"]
+    assert refused[0] == "CheckpointError" and "shared_work_dirs=True" in refused[1], refused
+
+
+def test_without_shared_storage_a_fork_is_made_on_the_kernels_node(
+    record: dict[str, Any],
+) -> None:
+    got = part(record, "basics")["fork"]
+    # Its node's host copied the kernel's files and checkpointed its variables into a new
+    # kernel there, in a folder of its own.
+    assert got["same_node"] and got["own_dir"] and got["own_pid"], got
+    assert got["x"] == "41" and got["made"] == "on the node", got
+    report = got["report"]
+    assert report["method"] == "checkpoint" and "forked on its node" in report["reason"], got
+    assert report["files"] >= 2 and report["parent_cells"] >= 6, got  # made.txt, in/data.csv
+    assert got["leak"] == "False" and got["child_cwd"] != got["report"]["parent_work_dir"], got
+    # Each goes on alone: what the fork changes, the parent does not see.
+    assert got["parent_after"] == ["41", "on the node"], got
+    assert any("Forked" in note for note in got["transcript_notes"]), got
+    # A budget the node's files pass: refused there before a kernel starts, nothing left
+    # on the node; and the fork's folder there goes when it closes.
+    assert got["refused"][0] == "DiskSpaceError" and "max_bytes" in got["refused"][1], got
+    assert got["dirs_after_refusal"] == got["dirs_before"], got
+    assert got["dirs_after_close"] == got["dirs_before"], got
 
 
 def test_without_shared_storage_the_files_api_reaches_the_kernels_folder_on_its_node(
@@ -124,6 +146,8 @@ def test_without_shared_storage_the_files_api_reaches_the_kernels_folder_on_its_
     assert got["where"].endswith("made.txt on Ray node " + got["node"]), got
     # An upload lands on the node, whole, where the kernel reads it.
     assert got["uploaded"] == [6, "a,b\n1\n"], got
+    assert got["huge"].startswith("DiskSpaceError: the upload of 'huge.bin'"), got
+    assert got["huge_left"] == [], got
     # The kernel's own attacks, on its node: a planted link, a path out, too many open.
     assert got["link"] == "link" and got["climb"] == "invalid", got
     assert "never followed" in " ".join(got["skipped"]), got
@@ -245,7 +269,9 @@ def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> 
     # Recovery checkpoints need work dirs every node mounts: refused, saying which flag.
     every = refused["checkpoint_every"]
     assert every[0] == 422 and "--ray-shared-work-root" in every[1], refused
-    assert got["fork"][0] in (409, 422) and "--ray-shared-work-root" in got["fork"][1], got
+    # A fork is made on the parent's node, by its host: its variables and files came.
+    assert got["fork"][0] == 201, got
+    assert got["fork_said"] == "kept sent" and got["fork_node"] == workers[1], got
     assert got["stopped"] == 0, got
 
 
@@ -265,6 +291,11 @@ def test_mcp_ray_runs_its_sessions_on_the_cluster(record: dict[str, Any]) -> Non
     assert "kx-node-" in got["text"], got  # the kernel's folder is its node host's
     # list_files and read_file reach the files the kernel wrote there.
     assert "notes.txt" in got["listed"] and got["read"] == [False, "kept on the node"], got
+    assert not got["forked"][0], got
+    forked = json.loads(got["forked"][1])
+    assert forked["fork_report"]["method"] == "checkpoint", got
+    assert forked["node"]["node_id"] in record["workers"], got  # MCP says where, as HTTP does
+    assert got["fork_x"] == ["[1, 2] kept on the node", "[1]"], got
 
 
 def test_a_lost_node_is_an_answer_within_seconds_and_the_next_run_moves(
@@ -362,15 +393,12 @@ async def basics(root: Path) -> dict[str, Any]:
         got["kernel_cwd"], got["caller_dir"] = made.stdout.strip(), str(root)
         got["made_on_caller"] = (root / "made.txt").exists()
         got["files"] = await _files_through_the_host(session)
-        for call, attempt in (
-            ("checkpoint", lambda: session.checkpoint()),
-            ("fork", lambda: session.fork(root.parent / "basics-fork")),
-        ):
-            try:
-                await attempt()
-                got[f"{call}_refused"] = ["nothing", ""]
-            except Exception as exc:
-                got[f"{call}_refused"] = [type(exc).__name__, str(exc)]
+        try:
+            await session.checkpoint()
+            got["checkpoint_refused"] = ["nothing", ""]
+        except Exception as exc:
+            got["checkpoint_refused"] = [type(exc).__name__, str(exc)]
+        got["fork"] = await _fork_on_the_node(session, root.parent)
         await session.execute("open('transcript.ipynb', 'w').write('forged on the node')")
         await session.flush()
         got["transcript_cells"] = len(nbformat.read(session.notebook_path, 4).cells)
@@ -497,6 +525,7 @@ async def twenty(root: Path) -> dict[str, Any]:
 
 async def _files_through_the_host(session: AsyncSession) -> dict[str, Any]:
     """The session's files API, its kernel on a node without shared storage."""
+    from kernelexec import DiskSpaceError
     from kernelexec._workdir import Refused
 
     got: dict[str, Any] = {"node": session._backend.node["node_id"]}
@@ -512,6 +541,12 @@ async def _files_through_the_host(session: AsyncSession) -> dict[str, Any]:
     size, _ = await upload.commit()
     seen = await session.execute("print(open('in/data.csv').read(), end='')")
     got["uploaded"] = [size, seen.stdout]
+    try:  # declared bigger than the node's disk: refused by its host before a byte is sent
+        await files.upload("huge.bin", 2**60)
+        got["huge"] = "accepted"
+    except DiskSpaceError as exc:
+        got["huge"] = f"{type(exc).__name__}: {exc}"
+    got["huge_left"] = [e.path for e in (await files.listing(100)).files if "huge" in e.path]
     await session.execute("import os\nos.symlink('/etc/passwd', 'leak')")
     for name, path in (("link", "leak"), ("climb", "../made.txt")):
         try:
@@ -532,6 +567,55 @@ async def _files_through_the_host(session: AsyncSession) -> dict[str, Any]:
     reader = await files.open_read("made.txt")
     got["after_busy"] = (await reader.read(100)).decode()
     await reader.close()
+    return got
+
+
+async def _fork_on_the_node(session: AsyncSession, where: Path) -> dict[str, Any]:
+    """A fork of a kernel whose files are its node's own: made by the node's host, there."""
+    from kernelexec import DiskSpaceError
+
+    backend = session._backend
+    assert isinstance(backend, RayBackend)
+    node_root = Path(backend.node["work_dir"]).parent
+    got: dict[str, Any] = {"dirs_before": sorted(p.name for p in node_root.iterdir())}
+    # A budget the caller's files fit in but the node's do not: refused on the node, where
+    # nothing is left.
+    here = sum(p.stat().st_size for p in session.work_dir.rglob("*") if p.is_file())
+    await session.execute("open('big.bin', 'wb').write(bytes(2**20))")
+    try:
+        await session.fork(where / "fork-refused", max_bytes=here + 2**19)
+        got["refused"] = ["nothing", ""]
+    except DiskSpaceError as exc:
+        got["refused"] = [type(exc).__name__, str(exc)]
+    await session.execute("os.remove('big.bin')")
+    got["dirs_after_refusal"] = sorted(p.name for p in node_root.iterdir())
+    clock = time.perf_counter()
+    async with await session.fork(where / "basics-fork") as child:
+        got["seconds"] = round(time.perf_counter() - clock, 3)
+        report = child.fork_report
+        assert report is not None
+        got["report"] = report.to_dict()
+        made = child._backend
+        assert isinstance(made, RayBackend)
+        got["same_node"] = made.node["node_id"] == backend.node["node_id"]
+        got["own_dir"] = made.node["work_dir"] != backend.node["work_dir"]
+        got["own_pid"] = made.node["kernel_pid"] != backend.node["kernel_pid"]
+        got["x"] = (await child.execute("print(x)")).stdout.strip()
+        got["made"] = (await child.execute("print(open('made.txt').read())")).stdout.strip()
+        # The parent's planted link was not followed, nor copied as a link.
+        probe = "import os\nprint(os.path.lexists('leak'), os.getcwd())"
+        got["leak"], got["child_cwd"] = (await child.execute(probe)).stdout.split()
+        await child.execute("x = 'the fork'\nopen('made.txt', 'w').write('changed')")
+        got["parent_after"] = [
+            (await session.execute("print(x)")).stdout.strip(),
+            (await session.execute("print(open('made.txt').read())")).stdout.strip(),
+        ]
+        got["transcript_notes"] = [
+            c.source[:40]
+            for c in nbformat.read(child.notebook_path, 4).cells
+            if c.cell_type == "markdown"
+        ]
+    got["dirs_after_close"] = sorted(p.name for p in node_root.iterdir())
     return got
 
 
@@ -786,8 +870,18 @@ async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
             answer = await asyncio.to_thread(server.http.post, "/sessions", json=body)
             refused[name] = [answer.status_code, answer.json().get("message", "")]
         got["refused"] = refused
+        # A fork: on the parent's node, made there (no shared storage), with its state.
+        await asyncio.to_thread(server.execute, made, "y = 'kept'")
         fork = await asyncio.to_thread(server.http.post, f"/sessions/{made}/fork", json={})
         got["fork"] = [fork.status_code, fork.json().get("message", "")]
+        if fork.status_code == 201:
+            forked = fork.json()["id"]
+            said = await asyncio.to_thread(
+                server.execute, forked, "print(y, open('up.txt').read())"
+            )
+            forked_state = await asyncio.to_thread(server.state, forked)
+            got["fork_said"] = said["stdout"].strip()
+            got["fork_node"] = forked_state["node"]["node_id"]
     finally:
         got["stopped"] = await asyncio.to_thread(server.stop)
     return got
@@ -841,6 +935,14 @@ async def mcp(root: Path, info: ClusterInfo) -> dict[str, Any]:
         got["listed"] = [f["path"] for f in json.loads(texts(listed))["files"]]
         read = await client.call_tool("read_file", {"path": "notes.txt"})
         got["read"] = [read.is_error, texts(read)]
+        # A fork, made on the kernel's node: the variables and files came, each goes alone.
+        await client.call_tool("execute_code", {"code": "x = [1]"})
+        forked = await client.call_tool("fork_session", {"session": "default"})
+        got["forked"] = [forked.is_error, texts(forked)]
+        grown = {"code": "x.append(2); print(x, open('notes.txt').read())"}
+        child = await client.call_tool("execute_code", {**grown, "session": "default-fork-1"})
+        parent = await client.call_tool("execute_code", {"code": "print(x)"})
+        got["fork_x"] = [texts(child).strip(), texts(parent).strip()]
     return got
 
 

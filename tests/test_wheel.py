@@ -47,7 +47,7 @@ EXTRAS = {
     "jwt": ["jwt", "cryptography", "kernelexec._tenants._jwt"],
     "otel": ["opentelemetry.sdk.trace", "kernelexec._telemetry"],
     "gateway": ["kernel_gateway", "kernelexec._cli.gateway"],
-    "ray": ["ray", "ray.util.placement_group", "kernelexec._backends._ray_host"],
+    "ray": ["ray", "ray.util.placement_group", "kernelexec._ray._host"],
 }
 # Installed only with an extra: a core install that had them would be 40 packages heavier.
 NOT_IN_CORE = {"jupyter-server", "jupyter-kernel-gateway", "nbconvert", "terminado"}

@@ -5,7 +5,6 @@ from ._caps import DROPPED
 from ._docker import DockerBackend
 from ._gateway import GatewayBackend
 from ._local import LocalBackend
-from ._ray import RayBackend
 
 __all__ = [
     "DROPPED",
@@ -14,5 +13,4 @@ __all__ = [
     "KernelBackend",
     "KernelMessage",
     "LocalBackend",
-    "RayBackend",
 ]

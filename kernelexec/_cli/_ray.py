@@ -90,7 +90,7 @@ def join_ray(policy: Any) -> None:
     """Joins the cluster now, so that a wrong address stops the start with one line."""
     if policy is None or policy.ray is None:
         return
-    from .._backends._ray import join
+    from .._ray import join
 
     try:
         join(policy.ray.address)

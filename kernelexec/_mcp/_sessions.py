@@ -13,6 +13,7 @@ from typing import Any
 
 from .._exceptions import ConfigurationError, KernelStartError
 from .._execution._background import ExecutionStore
+from .._ray import node_of
 from .._remote_models import SessionInfo
 from .._server._options import SessionOptions, SessionPolicy
 from .._session._async import AsyncSession
@@ -273,6 +274,7 @@ class Sessions:
                 last_activity=iso(entry.last_activity),
                 executions=entry.executions,
                 sandbox=_policy(entry.session),
+                node=node_of(entry.session._backend),
             ).to_dict()
             | {"options": entry.options.to_dict(), "work_dir": str(entry.session.work_dir)}
             for name, entry in sorted(self._entries.items())

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._backends import RayBackend
 from .._execution._background import ExecutionStore
+from .._ray import node_of
 from .._remote_models import SessionInfo, SessionState
 from .._session._async import AsyncSession
 from .._state._fork import ForkReport
@@ -86,7 +86,7 @@ class Entry:
             iso(self.last_activity),
             self.executions,
             None if policy is None else policy.to_dict(),
-            _node(self.session),
+            node_of(self.session._backend),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,11 +134,3 @@ def culled_text(entry: Entry) -> str:
 
 def why_culled(reason: str | None) -> str:
     return f" without a checkpoint, all state lost: {reason}" if reason else ""
-
-
-def _node(session: AsyncSession) -> dict[str, Any] | None:
-    """Where a kernel on a Ray cluster runs (its node), for the session's description."""
-    backend = session._backend
-    if not isinstance(backend, RayBackend) or not backend.node:
-        return None
-    return {key: backend.node.get(key) for key in ("node_id", "address", "gpus", "pooled")}

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._backends import RayBackend
 from .._containment._sandbox import Sandbox
+from .._ray import RayBackend
 
 __all__ = ["RAY_KEYS", "RayPolicy", "ray_backend", "ray_schema"]
 

@@ -31,7 +31,8 @@ def check_checkpointable(session: AsyncSession) -> None:
     if not getattr(session._backend, "checkpoints", True):
         raise CheckpointError(
             "this kernel runs in a folder of its Ray node's own, out of this machine's reach, "
-            "so it cannot be checkpointed, forked or restarted keeping its state: give "
+            "so it cannot be checkpointed, restored or restarted keeping its state (a fork "
+            "is made on its node): give "
             "RayBackend(shared_work_dirs=True) with work dirs on storage every node mounts "
             "(kernelexec serve: --ray-shared-work-root)"
         )

@@ -4,7 +4,7 @@ The doors (the server's files routes, MCP's ``list_files`` and ``read_file``)
 ask the session for its ``WorkDirAccess`` (``AsyncSession.files``) and never
 look at a path themselves. ``LocalAccess`` is a work dir on this machine,
 through ``_workdir``; a Ray node's kernel without shared storage has one that
-asks its node's host (``_backends/_ray_files.py``), which walks the node's work
+asks its node's host (``_ray/_files.py``), which walks the node's work
 dir with the same ``_workdir`` functions, on the node. Either way a reader holds the very file
 that was opened, and an upload lands whole or not at all.
 """
@@ -107,15 +107,21 @@ class LocalAccess:
     async def upload(self, relative: str | Sequence[str], size: int) -> FileWriter:
         parts = parts_of(relative)
         upload = await asyncio.to_thread(Upload, self.root, parts)
-        try:
-            _disk.check(size, self.root, budget=None, what=_upload_of(parts), setting="")
-        except BaseException:
-            upload.abort()
-            raise
+        room_for(upload, size, self.root, parts)
         return _LocalWriter(upload)
 
     def where(self, relative: str) -> str:
         return str(self.root.resolve().joinpath(*parts_of(relative)))
+
+
+def room_for(upload: Upload, size: int, root: Path, parts: Sequence[str]) -> None:
+    """Aborts ``upload`` and raises ``DiskSpaceError`` when the disk holding ``root`` has no
+    room for the ``size`` bytes declared (here, or on a Ray node by its host)."""
+    try:
+        _disk.check(size, root, budget=None, what=_upload_of(parts), setting="")
+    except BaseException:
+        upload.abort()
+        raise
 
 
 def _upload_of(parts: Sequence[str]) -> str:

@@ -71,7 +71,9 @@ async def fork_session(
             f"method={method!r}: use one of {', '.join(repr(m) for m in FORK_METHODS)}"
         )
     parent._check_open()
-    check_checkpointable(parent)
+    on_node = getattr(parent._backend, "forks_on_node", False)
+    if not on_node:
+        check_checkpointable(parent)
     if method == "process" and not getattr(parent._backend, "forks_as_process", False):
         raise ConfigurationError(
             f"a {type(parent._backend).__name__} kernel cannot be forked as a process; "
@@ -111,6 +113,11 @@ async def fork_session(
         left_behind: tuple[str, ...] = ()
         if method == "checkpoint":
             reason: str | None = "a checkpoint was asked for (method='checkpoint')"
+        elif on_node:
+            reason = (
+                f"a {type(backend).__name__} kernel is forked on its node, by checkpointing it "
+                "into a new kernel there"
+            )
         elif contained:
             reason = (
                 "the kernel is contained, and a process fork would keep its file access "
@@ -128,7 +135,10 @@ async def fork_session(
                 left_behind, reason = tuple(h.text for h in made.hazards), None
             else:
                 reason = "; ".join(h.text for h in made.hazards if h.blocks)
-        if child is None:
+        if child is None and on_node:
+            child, copied, left_behind = await _on_node(parent, target, options, max_bytes)
+            files += copied
+        elif child is None:
             child, left_behind = await _by_checkpoint(parent, target, options, max_bytes)
         report = ForkReport(
             parent_work_dir=str(parent.work_dir),
@@ -148,6 +158,21 @@ async def fork_session(
             await asyncio.shield(child.close())
             raise
         return child
+
+
+async def _on_node(
+    parent: AsyncSession, target: Path, options: dict[str, Any], max_bytes: int | None
+) -> tuple[AsyncSession, int, tuple[str, ...]]:
+    """A fork made by the kernel's node, where its files and variables are (a Ray
+    kernel without shared storage): the new session, the files copied there, what
+    did not come."""
+    made, files, left_behind = await parent._backend.fork_on_node(  # type: ignore[attr-defined]
+        cwd=target, env=parent._env, max_bytes=max_bytes, timeout=300.0, variable_timeout=30.0
+    )
+    child = type(parent)(target, backend=made, **options)
+    child._env = dict(parent._env)
+    child._kernel_up = True
+    return child, files, tuple(left_behind)
 
 
 async def _by_checkpoint(

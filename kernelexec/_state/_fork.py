@@ -64,9 +64,11 @@ class ForkReport:
         return data
 
 
-def copy_files(work_dir: Path, notebook: Path, target: Path, max_bytes: int | None = None) -> int:
+def copy_files(
+    work_dir: Path, notebook: Path | None, target: Path, max_bytes: int | None = None
+) -> int:
     """Copies a work dir's files into ``target`` (never through a link) but the transcript
-    (``notebook``) and checkpoints; how many.
+    (``notebook``, None where it is not there: a Ray node's) and checkpoints; how many.
 
     They are measured first, by apparent size, and refused whole when they
     would pass ``max_bytes`` or the room on the target's disk: nothing is
@@ -78,12 +80,12 @@ def copy_files(work_dir: Path, notebook: Path, target: Path, max_bytes: int | No
             was copied is removed).
     """
     listing = _workdir.list_tree(work_dir, max_files=100_000)
-    transcript = notebook.resolve()
+    transcript = None if notebook is None else notebook.resolve()
     wanted = [
         entry
         for entry in listing.files
         if entry.path.split("/", 1)[0] != _CHECKPOINTS
-        and (work_dir / entry.path).resolve() != transcript
+        and (transcript is None or (work_dir / entry.path).resolve() != transcript)
     ]
     left = sum(entry.size for entry in wanted)
     _disk.check(

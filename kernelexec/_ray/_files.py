@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .. import _workdir
+from .._session._files import room_for
 
 __all__ = ["HostFiles", "NodeAccess", "bring_back"]
 
@@ -64,9 +65,13 @@ class HostFiles:
         if held is not None:
             held[1].close()
 
-    async def upload_open(self, kernel_id: str, relative: Sequence[str]) -> str:
+    async def upload_open(self, kernel_id: str, relative: Sequence[str], size: int = 0) -> str:
+        """A handle on a new upload; refused with ``DiskSpaceError`` when the node's disk
+        has no room for the ``size`` bytes its owner declared."""
         self._room(kernel_id, self._uploading)
-        upload = await asyncio.to_thread(_workdir.Upload, self._dir(kernel_id), relative)
+        cwd = self._dir(kernel_id)
+        upload = await asyncio.to_thread(_workdir.Upload, cwd, relative)
+        room_for(upload, size, cwd, relative)
         handle = uuid.uuid4().hex
         self._uploading[handle] = (kernel_id, upload)
         return handle
@@ -160,9 +165,9 @@ class NodeAccess:
         return _There(self._call, handle, size, modified)
 
     async def upload(self, relative: str | Sequence[str], size: int) -> Any:
-        # The node's disk is the one that must have room: a full one fails the write there.
+        # The node's disk is the one that must have room: its host checks it.
         parts = _workdir.parts_of(relative)
-        return _Sending(self._call, await self._call("upload_open", self.kernel_id, parts))
+        return _Sending(self._call, await self._call("upload_open", self.kernel_id, parts, size))
 
     def where(self, relative: str) -> str:
         parts = _workdir.parts_of(relative)

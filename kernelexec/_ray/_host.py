@@ -1,6 +1,6 @@
 """A Ray node's kernelexec host: the node's kernels, started and spoken to for their owners.
 
-The node side of ``RayBackend`` (``_ray.py``; docs/design-ray.md). One
+The node side of ``RayBackend`` (``_backend.py``; docs/design-ray.md). One
 ``NodeHost`` runs on each node a caller uses, as a Ray actor the caller makes
 and pins to the node, and lives as long as its owner: kernels it starts are
 ``LocalBackend`` kernels of this node, forked from the host's zygote once it is
@@ -14,7 +14,12 @@ each kernel's messages are already capped on this node (``_caps.py``) before
 they are decoded. The owner's side feeds them to its reducer one at a time.
 
 The files of a kernel's work dir on the node, for its owner's files API,
-are ``HostFiles``' calls (``_ray_files.py``). Not here yet: a process fork.
+are ``HostFiles``' calls (``_files.py``). ``fork`` makes a kernel's fork on
+its node without shared storage: its files copied, its variables checkpointed
+into a folder of the node's and loaded into a new kernel configured as the
+parent was (``_state``'s checkpoint and restore), the checkpoint then removed.
+Not here: a process fork (a node's kernels are contained by default, and a
+contained kernel is not forked as a process).
 
 This module imports no ray: the actor's methods are plain coroutines, and the
 node's id is asked of Ray only when ``describe`` is called, in the actor.
@@ -38,15 +43,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._backends import KernelMessage, LocalBackend
+from .._backends._caps import MAX_MESSAGE_BYTES
+from .._backends._cpu import tree_cpu_seconds
 from .._containment._platform import choose
 from .._containment._sandbox import Sandbox
 from .._environment import kernel_env
 from .._exceptions import KernelStartError
-from ._base import KernelMessage
-from ._caps import MAX_MESSAGE_BYTES
-from ._cpu import tree_cpu_seconds
-from ._local import LocalBackend
-from ._ray_files import HostFiles
+from .._state._checkpoint import take
+from .._state._fork import copy_files
+from .._state._restore import load_into
+from ._files import HostFiles
 
 __all__ = ["NodeHost"]
 
@@ -74,6 +81,7 @@ class NodeHost(HostFiles):
         self._zygote = zygote
         self._kernels: dict[str, LocalBackend] = {}
         self._cwds: dict[str, Path] = {}
+        self._specs: dict[str, _Spec] = {}  # how each kernel was started: its forks are so too
         self._shared: set[str] = set()  # kernels in their owners' work dirs: never removed
         # Kernels started ahead for owners that asked for a pool, by configuration.
         self._ready: dict[str, deque[tuple[str, Path, LocalBackend]]] = {}
@@ -131,11 +139,9 @@ class NodeHost(HostFiles):
         # and so does this thread, for the zygote and supervisors it starts.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         policy = Sandbox.from_dict(sandbox) if isinstance(sandbox, dict) else sandbox
-        if gpus is not None:
-            env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
-            if gpus:
-                policy = _with_gpus(policy)
         spec = _Spec(kernel_env(env), policy, max_message_bytes, startup_timeout)
+        if gpus is not None:
+            spec = spec.on_gpus(gpus)
         pooled = pool > 0 and work_dir is None and not gpus
         ready = await self._take_ready(spec.key) if pooled else None
         if ready is not None:
@@ -154,15 +160,98 @@ class NodeHost(HostFiles):
             backend = await self._started(spec, kernel_id, cwd)
         if pooled:
             self._fill(spec, pool)
+        self._adopt(kernel_id, cwd, backend, spec)
+        return self._answer(kernel_id, backend, pooled=ready is not None, began=began)
+
+    async def fork(
+        self,
+        kernel_id: str,
+        *,
+        gpus: list[str] | None,
+        max_bytes: int | None,
+        timeout: float,
+        variable_timeout: float,
+    ) -> dict[str, Any]:
+        """A new kernel of this node holding the kernel's variables, in a new work dir
+        holding a copy of its files: what ``start`` says, and the fork's ``files`` (how
+        many were copied) and ``left_behind`` (``"name (type): why"`` of each variable
+        that could not come).
+
+        ``gpus``: the node's GPUs Ray gave the new session (None: as the
+        parent's). ``max_bytes``: what the files, then the variables, may take
+        on this node's disk, each (None: what the disk has). ``timeout``:
+        seconds for the checkpoint, and then for the load.
+
+        Raises:
+            DiskSpaceError: the files or the variables would not fit.
+            CheckpointError: the parent could not be checkpointed (no
+                cloudpickle, it died or took too long) or its state not loaded.
+            KernelStartError: the parent is gone, or the new kernel did not start.
+        """
+        began = time.perf_counter()
+        parent, parent_dir = self._kernel(kernel_id), self._cwds[kernel_id]
+        spec = self._specs[kernel_id]
+        if gpus is not None:
+            spec = spec.on_gpus(gpus)
+        child_id, child_dir = self._new_dir()
+        # The checkpoint's folder: the node's, outside both work dirs, gone once loaded.
+        staging = Path(tempfile.mkdtemp(prefix=".fork-", dir=self._root))
+        child: LocalBackend | None = None
+        try:
+            files = await asyncio.to_thread(copy_files, parent_dir, None, child_dir, max_bytes)
+            saved = await take(
+                parent,
+                work_dir=parent_dir,
+                kernel_dir=str(parent_dir),
+                path=staging / "state",
+                notebook=parent_dir / "transcript.ipynb",  # only named: it is the owner's
+                cells=0,
+                files=False,
+                timeout=timeout,
+                variable_timeout=variable_timeout,
+                max_bytes=max_bytes,
+            )
+            child = await self._started(spec, child_id, child_dir)
+            report = await load_into(
+                child,
+                saved,
+                work_dir=child_dir,
+                kernel_dir=str(child_dir),
+                on_mismatch="refuse",  # the same node's Python and packages: none differ
+                timeout=timeout,
+                variable_timeout=variable_timeout,
+                files=files,
+            )
+        except BaseException:
+            if child is not None:
+                await child.shutdown(now=True)
+            self._remove(child_id, child_dir)
+            raise
+        finally:
+            await asyncio.to_thread(shutil.rmtree, staging, True)
+        self._adopt(child_id, child_dir, child, spec)
+        return {
+            **self._answer(child_id, child, pooled=False, began=began),
+            "files": files,
+            "left_behind": [f"{s.name} ({s.type}): {s.reason}" for s in report.skipped],
+        }
+
+    def _adopt(self, kernel_id: str, cwd: Path, backend: LocalBackend, spec: _Spec) -> None:
         self._kernels[kernel_id] = backend
         self._cwds[kernel_id] = cwd
+        self._specs[kernel_id] = spec
+
+    def _answer(
+        self, kernel_id: str, backend: LocalBackend, *, pooled: bool, began: float
+    ) -> dict[str, Any]:
+        """What ``start`` and ``fork`` say of the kernel they made."""
         return {
             "kernel_id": kernel_id,
-            "work_dir": str(cwd),
+            "work_dir": str(self._cwds[kernel_id]),
             "pid": backend.pid,
             "forked": backend.forked,
             "sandbox": None if backend.sandbox is None else backend.sandbox.to_dict(),
-            "pooled": ready is not None,
+            "pooled": pooled,
             "seconds": time.perf_counter() - began,
         }
 
@@ -320,6 +409,7 @@ class NodeHost(HostFiles):
     async def shutdown(self, kernel_id: str) -> None:
         """Stops the kernel and removes the work dir it made; safe to call twice."""
         backend = self._kernels.pop(kernel_id, None)
+        self._specs.pop(kernel_id, None)
         if backend is not None:
             self._drop_files(kernel_id)
             await backend.shutdown()
@@ -360,6 +450,13 @@ class _Spec:
     policy: Sandbox | bool | None
     max_message_bytes: int
     startup_timeout: float
+
+    def on_gpus(self, gpus: list[str]) -> _Spec:
+        """The same, for a kernel given these GPUs of the node: it sees those only
+        (``CUDA_VISIBLE_DEVICES``, empty for none) and, contained, may open the GPU devices."""
+        env = {**self.env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+        policy = _with_gpus(self.policy) if gpus else self.policy
+        return _Spec(env, policy, self.max_message_bytes, self.startup_timeout)
 
     @property
     def key(self) -> str:

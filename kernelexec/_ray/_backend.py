@@ -3,7 +3,7 @@
 For each kernel the backend reserves the session's resources as a Ray
 placement group of one bundle (``num_cpus``, ``memory``, ``num_gpus``, custom
 resources, node labels), so Ray chooses the node and counts what the session
-holds; then the node's ``NodeHost`` (``_ray_host.py``), one actor per node per
+holds; then the node's ``NodeHost`` (``_host.py``), one actor per node per
 caller, started on first use and kept warm, starts the kernel from its zygote.
 Every call and message goes through that actor (docs/design-ray.md says why).
 
@@ -34,14 +34,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._backends import KernelMessage
+from .._backends._caps import DROPPED, MAX_MESSAGE_BYTES
 from .._containment._sandbox import Sandbox
 from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelexecError, KernelStartError
 from .._workdir import Refused
-from ._base import KernelMessage
-from ._caps import DROPPED, MAX_MESSAGE_BYTES
-from ._ray_files import NodeAccess, bring_back
-from ._ray_host import _FIRST_WAIT
+from ._files import NodeAccess, bring_back
+from ._host import _FIRST_WAIT
 
 __all__ = ["RayBackend", "join"]
 
@@ -92,7 +92,9 @@ class RayBackend:
             mounts at the same path (NFS, CephFS, a cloud file system): the
             kernel runs in it, so its files, checkpoints, forks and restores
             (on any node) work as locally. Without it, the kernel's folder is
-            its node's own, and those refuse with ``CheckpointError``.
+            its node's own: its files come through its node's host, a fork is
+            made on the same node, and a checkpoint (a restore, a restart
+            keeping state) is refused with ``CheckpointError``.
         pool: kernels of this configuration the node's host keeps ready, each
             in a folder of its own, so that the next session placed there
             takes one (``node["pooled"]`` says so) instead of starting it; 0:
@@ -172,6 +174,12 @@ class RayBackend:
         """Whether this kernel can be checkpointed: its work dir is the caller's (shared)."""
         return self.shared_work_dirs
 
+    @property
+    def forks_on_node(self) -> bool:
+        """Whether a fork is made by the kernel's node host, on its node (``fork_on_node``):
+        its work dir is the node's own, so only the node can copy its state."""
+        return not self.shared_work_dirs
+
     def fresh(self) -> RayBackend:
         """A new, unstarted backend with the same settings (a restored fork's)."""
         other = RayBackend(self.address, **self._settings)
@@ -211,6 +219,10 @@ class RayBackend:
         if started is None:
             self._release()
             raise KernelStartError(f"the kernel could not be started on its Ray node: {self._lost}")
+        self._adopt(started)
+
+    def _adopt(self, started: dict[str, Any]) -> None:
+        """The kernel a host started (or forked) for this backend, as the host described it."""
         self._kernel = started["kernel_id"]
         self.node.update(
             work_dir=started["work_dir"], kernel_pid=started["pid"], pooled=started["pooled"]
@@ -218,6 +230,62 @@ class RayBackend:
         policy = started.get("sandbox")
         self.sandbox = None if policy is None else Sandbox.from_dict(policy)
         self._alive_at = time.monotonic()
+
+    async def fork_on_node(
+        self,
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        max_bytes: int | None,
+        timeout: float,
+        variable_timeout: float,
+    ) -> tuple[RayBackend, int, list[str]]:
+        """A new backend, started, whose kernel is a fork of this one made on its node.
+
+        The fork holds resources as this session does, on the same node (it
+        waits ``startup_timeout`` for them there); the node's host copies the
+        kernel's files there and checkpoints its variables into the new kernel
+        (``NodeHost.fork``). ``cwd`` and ``env`` are the new session's.
+
+        Returns:
+            The new backend, how many of the kernel's files on the node were
+            copied, and the variables that could not come (``"name (type): why"``).
+
+        Raises:
+            KernelStartError: the node is lost, has no room, or the new kernel
+                did not start.
+            CheckpointError, DiskSpaceError: as the host raised them.
+        """
+        if not self._reachable:
+            raise KernelStartError(f"the kernel's Ray node is lost: {self._lost or self._reason}")
+        ray = await asyncio.to_thread(join, self.address)
+        child = self.fresh()
+        child.max_message_bytes = self.max_message_bytes
+        child._cwd, child._env = cwd, env
+        child._group = await child._reserve(ray, node=self.node["node_id"])
+        try:
+            gpus = await child._gpus_of(ray) if "GPU" in child.bundle else []
+            child._host = self._host
+            child.node = {key: self.node[key] for key in ("node_id", "address", "host_pid")}
+            child.node["gpus"] = gpus
+            made = await self._answer(
+                self._host.fork.remote(
+                    self._kernel,
+                    gpus=gpus,
+                    max_bytes=max_bytes,
+                    timeout=timeout,
+                    variable_timeout=variable_timeout,
+                ),
+                2 * timeout + self.startup_timeout + self.lost_after,
+            )
+        except BaseException:
+            child._release()
+            raise
+        if made is None:
+            child._release()
+            raise KernelStartError(f"the fork could not be made on the kernel's node: {self._lost}")
+        child._adopt(made)
+        return child, int(made["files"]), list(made["left_behind"])
 
     async def execute(self, code: str, *, allow_stdin: bool) -> str:
         # The host answers with the request's first messages (a short cell's all).
@@ -341,14 +409,17 @@ class RayBackend:
 
     # -- the node's host
 
-    async def _reserve(self, ray: Any) -> Any:
-        """A placement group holding the session's resources, once Ray has placed it."""
+    async def _reserve(self, ray: Any, node: str | None = None) -> Any:
+        """A placement group holding the session's resources, once Ray has placed it
+        (on ``node``, when given: a fork's, on its parent's node)."""
         from ray.util.placement_group import placement_group, remove_placement_group
 
         selector = dict(self.labels)
         now = time.monotonic()
         lost = sorted(n for n, at in _LOST_NODES.items() if now - at < _LEFT_OUT_FOR)
-        if lost and _NODE_ID_LABEL not in selector:
+        if node is not None:
+            selector[_NODE_ID_LABEL] = node
+        elif lost and _NODE_ID_LABEL not in selector:
             selector[_NODE_ID_LABEL] = f"!in({','.join(lost)})"
         group = placement_group(
             [self.bundle],
@@ -361,8 +432,9 @@ class RayBackend:
             remove_placement_group(group)
             wanted = ", ".join(f"{k}={v:g}" for k, v in self.bundle.items())
             labels = f" with labels {self.labels}" if self.labels else ""
+            which = "no node of the Ray cluster" if node is None else f"the parent's node {node}"
             raise KernelStartError(
-                f"no node of the Ray cluster had {wanted} free{labels} within "
+                f"{which} had {wanted} free{labels} within "
                 f"{self.startup_timeout:g} s (its nodes: {_capacity(ray)})"
             ) from None
         except BaseException:
@@ -438,9 +510,8 @@ class RayBackend:
         except asyncio.TimeoutError:
             self._node_lost(f"it did not answer for {within:.1f} s")
         except ray.exceptions.RayTaskError as exc:  # the host's method raised
-            if isinstance(exc.cause, KernelStartError):
-                raise KernelStartError(str(exc.cause)) from None
-            if isinstance(exc.cause, OSError):  # a path refused, a full disk: as it was
+            # Ours (a start or a checkpoint refused, a disk full), a path refused: as raised.
+            if isinstance(exc.cause, (KernelexecError, OSError)):
                 raise exc.cause from None
             raise
         except ray.exceptions.RayError as exc:  # its actor, process or node is gone
@@ -548,7 +619,7 @@ async def _host_on(
     """This process's host on the node (made and waited for on first use), and the node."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from ._ray_host import NodeHost
+    from ._host import NodeHost
 
     key = (node_id, zygote)
     host = _HOSTS.get(key)
