@@ -10,6 +10,9 @@ them, once, in ``~/.cache/kernelexec-tests/`` (or ``$XDG_CACHE_HOME``):
   a venv that sees this Python's packages (kernelexec, pytest) through a
   ``.pth`` but has its own ipykernel (tests/test_oldest_ipykernel.py). ``key``
   names this Python, whose site folders the ``.pth`` lists.
+- ``ag2`` and ``ag2-classic``: a bare venv holding only that extra's packages
+  as pyproject.toml names them (one AG2 line: ``ag2`` 1.x, or the classic
+  ``autogen``), where tests/test_extras.py resolves the other extra.
 
 A test asks for one with ``@pytest.mark.test_venv(NAME)`` (on a fixture's
 param too). conftest.py makes the venvs the selected tests name before any
@@ -18,13 +21,15 @@ pytest-xdist's workers make each once; a venv is ready when its ``.complete``
 file is there. A build that fails is written to ``.failed`` for this run, so
 the other workers do not try again: the tests needing it skip with pip's
 output (fail with CI=true). ``KERNELEXEC_TEST_EG_VENV`` and
-``KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON`` name ones made elsewhere instead; run
+``KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON`` (and ``KERNELEXEC_TEST_AG2_VENV``,
+``KERNELEXEC_TEST_AG2_CLASSIC_VENV``) name ones made elsewhere instead; run
 inside the oldest ipykernel's venv (as tests/test_oldest_ipykernel.py runs the
 kernel-side tests), this Python is that one.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -44,6 +49,8 @@ __all__ = [
     "NAMES",
     "build",
     "enterprise_gateway_venv",
+    "extra_requirements",
+    "extra_venv",
     "missing",
     "oldest_ipykernel",
     "oldest_ipykernel_python",
@@ -64,6 +71,16 @@ def oldest_ipykernel() -> str:
     return found[1]
 
 
+def extra_requirements(extra: str) -> list[str]:
+    """The requirements of one of pyproject.toml's extras, as it declares them."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return list(project["optional-dependencies"][extra])
+
+
 def _site_dirs() -> list[str]:
     # A venv's too, which --system-site-packages would miss.
     return list(dict.fromkeys([*site.getsitepackages(), sysconfig.get_path("purelib")]))
@@ -76,6 +93,22 @@ def enterprise_gateway_venv() -> Path:
 def _oldest_ipykernel_venv() -> Path:
     key = hashlib.sha256("\0".join(_site_dirs()).encode()).hexdigest()[:10]
     return CACHE / f"ipykernel-{oldest_ipykernel()}-{key}"
+
+
+# extra -> the variable that names a ready-made venv of it
+_EXTRA_VENVS = {
+    "ag2": "KERNELEXEC_TEST_AG2_VENV",
+    "ag2-classic": "KERNELEXEC_TEST_AG2_CLASSIC_VENV",
+}
+
+
+def extra_venv(extra: str) -> Path:
+    """The bare venv holding only ``extra``'s packages; made again when they change."""
+    given = os.environ.get(_EXTRA_VENVS[extra])
+    if given:
+        return Path(given)
+    key = hashlib.sha256("\n".join(extra_requirements(extra)).encode()).hexdigest()[:10]
+    return CACHE / f"extra-{extra}-{key}"
 
 
 def _running_the_oldest() -> bool:
@@ -139,6 +172,16 @@ def _make_oldest_ipykernel(venv: Path) -> list[Step]:
     ]
 
 
+def _make_extra(extra: str) -> Callable[[Path], list[Step]]:
+    def steps(venv: Path) -> list[Step]:
+        return [
+            _command(sys.executable, "-m", "venv", str(venv)),
+            _pip(venv, *extra_requirements(extra)),
+        ]
+
+    return steps
+
+
 # name -> where the venv is, how to make it, the variable that names a ready-made one
 _VENVS: dict[str, tuple[Callable[[], Path], Callable[[Path], list[Step]], str]] = {
     "enterprise-gateway": (
@@ -151,6 +194,10 @@ _VENVS: dict[str, tuple[Callable[[], Path], Callable[[Path], list[Step]], str]] 
         _make_oldest_ipykernel,
         "KERNELEXEC_TEST_OLD_IPYKERNEL_PYTHON",
     ),
+    **{
+        extra: (functools.partial(extra_venv, extra), _make_extra(extra), variable)
+        for extra, variable in _EXTRA_VENVS.items()
+    },
 }
 NAMES = tuple(_VENVS)
 

@@ -1,7 +1,8 @@
 """What AutoGen's and AG2's own Jupyter-executor suites check, held by our executors.
 
 AutoGen's ``test_jupyter_code_executor.py`` (autogen-ext 0.7) and AG2's
-``test_embedded_ipython_code_executor.py`` (ag2 0.14) were read for the
+``test_embedded_ipython_code_executor.py`` (ag2 0.14; AG2's classic framework is
+the ``autogen`` package since, which these run against) were read for the
 behaviours a user switching over relies on; these are our own tests of them,
 against real kernels. Where we differ on purpose (a timeout is a result that
 keeps the kernel's state, not an exception; saved files are named in the

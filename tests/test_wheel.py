@@ -38,7 +38,9 @@ EXTRAS = {
         "autogen_ext.tools.code_execution",
         "kernelexec.integrations.autogen",
     ],
-    "ag2": [
+    "ag2": ["ag2.tools.code", "kernelexec.integrations.ag2_code"],
+    "ag2-classic": [
+        "autogen.coding",
         "kernelexec.integrations.ag2",
         "kernelexec.integrations.ag2_tools",
         "kernelexec.integrations.ag2_beta",
@@ -54,10 +56,13 @@ NOT_IN_CORE = {"jupyter-server", "jupyter-kernel-gateway", "nbconvert", "termina
 # Each integration module without its extra: the error names the extra.
 NEEDS_EXTRA = {
     "kernelexec.integrations.autogen": "autogen",
-    "kernelexec.integrations.ag2": "ag2",
-    "kernelexec.integrations.ag2_tools": "ag2",
-    "kernelexec.integrations.ag2_beta": "ag2",
+    "kernelexec.integrations.ag2_code": "ag2",
+    "kernelexec.integrations.ag2": "ag2-classic",
+    "kernelexec.integrations.ag2_tools": "ag2-classic",
+    "kernelexec.integrations.ag2_beta": "ag2-classic",
 }
+# The classic modules beside AG2 1.x alone: their error names the module for it.
+CLASSIC = [module for module, extra in NEEDS_EXTRA.items() if extra == "ag2-classic"]
 CLASSIFIERS = {
     "Framework :: Jupyter",
     "Operating System :: POSIX :: Linux",
@@ -138,9 +143,12 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
     # test and docs hold the suite's and the site's tools, which no user imports.
     declared = _extras(wheel) - {"test", "docs"}
     assert declared == set(EXTRAS), f"add the new extras to EXTRAS: {declared ^ set(EXTRAS)}"
+    _check_ag2_alone(pip, python, wheel, home, env)
     _run([*pip, f"{wheel}[{','.join(sorted(EXTRAS))}]"], cwd=home, env=env)
     imports = "; ".join(f"import {module}" for modules in EXTRAS.values() for module in modules)
     _run([str(python), "-c", imports], cwd=home, env=env)
+    # Both AG2 lines side by side (ag2/ and autogen/), and every requirement met.
+    _run([str(python), "-m", "pip", "check"], cwd=home, env=env)
 
     library = json.loads(_run([str(python), "-c", LIBRARY], cwd=home, env=env).stdout)
     assert Path(library["module"]).is_relative_to(venv), library
@@ -307,6 +315,21 @@ def _check_core_install(python: Path, command: Path, home: Path, env: dict[str, 
         assert kind == "ModuleNotFoundError", errors[module]
         assert message.startswith(f"{module} needs the {extra} extra: "), message
         assert f"pip install -e '.[{extra}]' from a clone, or the wheel with [{extra}]" in message
+
+
+def _check_ag2_alone(
+    pip: list[str], python: Path, wheel: Path, home: Path, env: dict[str, str]
+) -> None:
+    """With the ag2 extra alone (AG2 1.x), the classic modules name their extra and ag2_code."""
+    _run([*pip, f"{wheel}[ag2]"], cwd=home, env=env)
+    tried = _run([str(python), "-c", TRY_IMPORT, *CLASSIC], cwd=home, env=env)
+    errors = json.loads(tried.stdout)
+    for module in CLASSIC:
+        kind, message = errors[module]
+        assert kind == "ModuleNotFoundError", errors[module]
+        assert message.startswith(f"{module} needs the ag2-classic extra: "), message
+        assert "The ag2-classic extra installs the autogen package" in message, message
+        assert "Installed: ag2 1." in message and "kernelexec.integrations.ag2_code" in message
 
 
 def _image_exists(tag: str) -> bool:

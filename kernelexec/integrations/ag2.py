@@ -1,4 +1,4 @@
-"""A code executor for AG2 (``ag2`` 0.14, the last line shipping ``autogen.coding``).
+"""A code executor for AG2's classic framework (``autogen.coding``: the ``autogen`` package).
 
 Follows AG2's ``CodeExecutor`` protocol, so an agent takes it as it is::
 
@@ -14,9 +14,10 @@ runs as shell in the same kernel; a timeout interrupts the kernel and keeps its
 state; saved outputs are named by the lines AG2 prints, ``Image data saved to
 PATH`` and ``HTML data saved to PATH``. Works inside a running event loop too.
 
-Needs the ``ag2`` extra: ``pip install -e '.[ag2]'`` in a clone, or the
-wheel with ``[ag2]``; without it, importing this module raises a
-``ModuleNotFoundError`` saying so.
+Needs the ``ag2-classic`` extra (the ``autogen`` package): ``pip install -e
+'.[ag2-classic]'`` in a clone, or the wheel with ``[ag2-classic]``; without it,
+importing this module raises a ``ModuleNotFoundError`` saying so (and, with
+AG2 1.x installed, that its agents take ``ag2_code``).
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from .._extras import missing_extra
+from ._ag2_lines import CLASSIC, ag2_missing, warn_if_two_owners
 
 try:
     from autogen.coding.base import CodeBlock, CodeExtractor, IPythonCodeResult
     from autogen.coding.markdown_code_extractor import MarkdownCodeExtractor
 except ImportError as exc:
-    raise missing_extra(__name__, "ag2", exc) from exc
+    raise ag2_missing(__name__, CLASSIC, exc) from exc
 
 from .._session._sync import Session, _call
 from ._approval import Approval, Verdict, read_verdict, refusal_text
@@ -39,6 +40,8 @@ from ._blocks import Combined, combine, read_blocks, refused
 from ._executor import SessionExecutor
 
 __all__ = ["ApprovalFunc", "KernelexecCodeExecutor"]
+
+warn_if_two_owners()
 
 ApprovalFunc = Callable[[list[CodeBlock]], Verdict]
 """Sees a message's blocks before any runs; returns a bool or an ``Approval``."""

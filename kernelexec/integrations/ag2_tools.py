@@ -1,4 +1,4 @@
-"""A stateful Python tool for AG2's function-calling agents (``ag2`` 0.14).
+"""A stateful Python tool for AG2's classic function-calling agents (the ``autogen`` package).
 
 The model calls ``run_python(code)``; the code runs in one Jupyter kernel that
 keeps its variables and imports from call to call::
@@ -17,12 +17,14 @@ output is saved and named (``Image data saved to PATH``), a timeout interrupts
 the kernel and keeps its state, and an ``approval_func`` may refuse the code.
 
 AG2 0.14 removed its own ``PythonCodeExecutionTool`` (and nothing in it calls
-the ``autogen.environments`` classes any more); for its new ``autogen.beta``
-agents, see :mod:`kernelexec.integrations.ag2_beta`.
+the ``autogen.environments`` classes any more); for its ``autogen.beta``
+agents, see :mod:`kernelexec.integrations.ag2_beta`, and for AG2 1.x's,
+:mod:`kernelexec.integrations.ag2_code`.
 
-Needs the ``ag2`` extra: ``pip install -e '.[ag2]'`` in a clone, or the
-wheel with ``[ag2]``; without it, importing this module raises a
-``ModuleNotFoundError`` saying so.
+Needs the ``ag2-classic`` extra (the ``autogen`` package): ``pip install -e
+'.[ag2-classic]'`` in a clone, or the wheel with ``[ag2-classic]``; without it,
+importing this module raises a ``ModuleNotFoundError`` saying so (and, with
+AG2 1.x installed, that its agents take ``ag2_code``).
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Annotated
 
-from .._extras import missing_extra
+from ._ag2_lines import CLASSIC, ag2_missing
 
 try:
     from autogen.coding.base import CodeBlock
     from autogen.tools import Tool
 except ImportError as exc:
-    raise missing_extra(__name__, "ag2", exc) from exc
+    raise ag2_missing(__name__, CLASSIC, exc) from exc
 
 from .ag2 import ApprovalFunc, KernelexecCodeExecutor
 
