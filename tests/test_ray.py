@@ -275,7 +275,7 @@ def test_serve_ray_runs_every_session_on_the_cluster(record: dict[str, Any]) -> 
     assert got["stopped"] == 0, got
 
 
-def test_a_tenants_cpu_quota_holds_on_the_cluster_measured_by_the_node(
+def test_a_tenants_quotas_hold_on_the_cluster_measured_by_the_node(
     record: dict[str, Any],
 ) -> None:
     got = part(record, "quota")
@@ -283,6 +283,10 @@ def test_a_tenants_cpu_quota_holds_on_the_cluster_measured_by_the_node(
     # Stopped by the quota (measured on the node while the loop ran), not by its timeout.
     assert got["status"] == "quota_exceeded" and "cpu_seconds_per_hour" in got["message"], got
     assert got["again"] == [429, "cpu_seconds_per_hour"], got
+    # The work-dir quota counts the kernel's folder on its node (its host sums it): the
+    # execution that filled it says so, and an upload is refused.
+    assert "work_dir_bytes" in got["filled_message"], got
+    assert got["upload"] == [429, "work_dir_bytes"], got
 
 
 def test_mcp_ray_runs_its_sessions_on_the_cluster(record: dict[str, Any]) -> None:
@@ -888,17 +892,30 @@ async def serve(root: Path, info: ClusterInfo) -> dict[str, Any]:
 
 
 async def quota(root: Path, info: ClusterInfo) -> dict[str, Any]:
-    """A tenant's CPU quota holds for its kernels on the cluster, measured on their nodes."""
+    """A tenant's CPU quota holds for its kernels on the cluster, measured on their nodes;
+    its work-dir quota counts what its kernel wrote on its node."""
     from test_tenants_server import client, tenants_server
 
     got: dict[str, Any] = {}
     root.mkdir(parents=True)
-    tenants = {"burner": {"quotas": {"cpu_seconds_per_hour": 3}}}
+    tenants = {
+        "burner": {"quotas": {"cpu_seconds_per_hour": 3}},
+        "filler": {"quotas": {"work_dir_bytes": 200_000}},
+    }
     server, _, tokens = await asyncio.to_thread(
         tenants_server, root, tenants, "--ray", info.address
     )
     burner = client(server, tokens["burner"])
+    filler = client(server, tokens["filler"])
     try:
+        made = (await asyncio.to_thread(filler.post, "/sessions", json={})).json()["id"]
+        fill = {"code": "open('big.bin', 'wb').write(bytes(300_000))"}
+        filled = (
+            await asyncio.to_thread(filler.post, f"/sessions/{made}/execute", json=fill)
+        ).json()
+        got["filled_message"] = filled.get("message") or ""
+        put = await asyncio.to_thread(filler.put, f"/sessions/{made}/files/more.txt", content=b"x")
+        got["upload"] = [put.status_code, put.json().get("quota")]
         made = (await asyncio.to_thread(burner.post, "/sessions", json={})).json()["id"]
         clock = time.monotonic()
         burn = {"code": "while True: pass", "timeout": 60}
@@ -915,6 +932,7 @@ async def quota(root: Path, info: ClusterInfo) -> dict[str, Any]:
         got["node"] = (state.get("node") or {}).get("node_id")
     finally:
         burner.close()
+        filler.close()
         await asyncio.to_thread(server.stop)
     return got
 

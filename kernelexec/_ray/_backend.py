@@ -467,6 +467,15 @@ class RayBackend:
         found = await self._answer(self._host.cpu_seconds.remote(kernel), _CALL_SECONDS)
         return None if found is None else (kernel, float(found))
 
+    async def node_bytes(self) -> int:
+        """Bytes in the kernel's folder on its node, as its host counts them (a tenant's
+        work-dir quota adds them to the caller's side); 0 with shared work dirs (all is in
+        the caller's), or when no kernel runs on a reachable node."""
+        if self.shared_work_dirs or not self._reachable:
+            return 0
+        found = await self._answer(self._host.files_bytes.remote(self._kernel), _CALL_SECONDS)
+        return 0 if found is None else int(found)
+
     def files(self, root: Path) -> NodeAccess | None:
         """The session's files, its work dir ``root`` here and its kernel's on the node,
         as one (``AsyncSession.file_access``); None when they are all in ``root`` (shared

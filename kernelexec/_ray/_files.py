@@ -47,6 +47,13 @@ class HostFiles:
         cwd = self._dir(kernel_id)
         return await asyncio.to_thread(_workdir.list_tree, cwd, max_files=max_files)
 
+    async def files_bytes(self, kernel_id: str) -> int:
+        """What the kernel's folder holds, in bytes (apparent sizes, no link followed):
+        a tenant's work-dir quota counts it with the owner's side."""
+        cwd = self._dir(kernel_id)
+        listing = await asyncio.to_thread(_workdir.list_tree, cwd, max_files=1_000_000)
+        return sum(entry.size for entry in listing.files)
+
     async def files_open(self, kernel_id: str, relative: str) -> tuple[str, int, float]:
         """A handle on the file, opened with no link followed; its size and time."""
         self._room(kernel_id, self._reading)

@@ -249,9 +249,13 @@ class QuotaKeeper:
     # -- disk and lifetime
 
     async def work_dir_bytes(self, entry: Entry) -> int:
-        """Bytes in the session's work dir (apparent sizes, no link followed)."""
+        """Bytes in the session's work dir (apparent sizes, no link followed), and in its
+        kernel's folder on a Ray node, counted there by the node's host (both whole: a
+        name on both sides counts twice, as it takes room twice)."""
         listing = await asyncio.to_thread(list_tree, entry.work_dir, max_files=1_000_000)
-        return sum(f.size for f in listing.files)
+        node_bytes = getattr(getattr(entry.session, "_backend", None), "node_bytes", None)
+        there = await node_bytes() if callable(node_bytes) else 0
+        return sum(f.size for f in listing.files) + there
 
     async def check_upload(self, entry: Entry, tenant: Tenant, size: int) -> int | None:
         """429 if ``size`` more bytes would put the work dir past the tenant's quota; the
