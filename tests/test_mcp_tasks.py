@@ -34,8 +34,11 @@ from _serverproc import ServerProcess
 from _tenants import ALL_BUT_ADMIN, write_tenants
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult
 from mcp_types.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 from test_tenants_mcp import _start
+
+from kernelexec._execution._background import MAX_QUEUED
 
 # Twenty seconds, a line a second; its last value stays in the session.
 TWENTY = (
@@ -210,3 +213,21 @@ async def test_tasks_of_a_running_servers_sessions(tmp_path: Path) -> None:
             assert got.value.error.code == INVALID_PARAMS
     finally:
         server.stop()
+
+
+@pytest.mark.timeout(240)
+async def test_tasks_are_bounded_as_background_executions_are(tmp_path: Path) -> None:
+    async with stdio_tasks_client(tmp_path / "root", tasks=Tasks()) as client:
+        code = {"code": "import time; time.sleep(600)", "session": "q"}
+        ids = []
+        for _ in range(MAX_QUEUED):
+            started = await client.call_tool("execute_code", code | {"background": True})
+            assert started.structured_content is not None, texts(started)
+            ids.append(started.structured_content["execution_id"])
+        refused = await client.session.call_tool("execute_code", code, allow_claimed=True)
+        assert isinstance(refused, CallToolResult) and refused.is_error, refused
+        assert "executions not yet ended" in texts(refused)
+        # Cancelling one makes room for a task.
+        await client.call_tool("cancel_execution", {"execution_id": ids[-1], "session": "q"})
+        created = await client.session.call_tool("execute_code", code, allow_claimed=True)
+        assert isinstance(created, CreatedTask), created
