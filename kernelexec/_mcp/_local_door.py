@@ -14,6 +14,7 @@ from .._exceptions import (
     ConfigurationError,
     KernelexecError,
     KernelStartError,
+    QueueFullError,
 )
 from .._execution._background import Execution, ExecutionCancelled, start_execution
 from .._execution._live import OutputListener
@@ -121,9 +122,19 @@ class LocalDoor:
                 self._audit(name, made[0].id if made else None, code, language, result)
             return result
 
-        execution = start_execution(run, code=code, language=language)
+        # Bounded as the server's are: a client starting without end would hold all the memory.
+        store = self.sessions.background(name)
+        try:
+            held = store.reserve(len(code))
+        except QueueFullError as exc:
+            raise SessionError(str(exc)) from None
+        try:
+            execution = start_execution(run, code=code, language=language)
+        except BaseException:
+            held.release()
+            raise
         made.append(execution)
-        return self.sessions.background(name).add(execution).to_dict()
+        return store.add(execution, held).to_dict()
 
     def _execution(self, name: str, execution_id: str) -> Execution:
         store = self.sessions.background(name)

@@ -260,6 +260,9 @@ def _remote_view(handle: AsyncRemoteExecution, events: list[Any]) -> ExecutionVi
         "state": handle.state,
         "status": handle.status,
         "code": handle.code,
+        "created": handle.created,
+        "started": handle.started,
+        "finished": handle.finished,
         "events": handle.events_end,
     }
     error = None if handle.error is None else str(handle.error)

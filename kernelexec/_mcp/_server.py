@@ -26,6 +26,7 @@ from ._files import FileRefused
 from ._local_door import LocalDoor
 from ._progress import with_progress
 from ._sessions import McpConfig, SessionError
+from ._tasks import ExecutionTasks, task_offer
 
 __all__ = ["build_server"]
 
@@ -67,8 +68,20 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
         finally:
             await sessions.close()
 
+    async def answer(session: str, result: ExecutionResult) -> CallToolResult:
+        """What execute_code returns for a result (get_execution's and tasks/get's, once ended)."""
+        blocks: list[ContentBlock] = [TextContent(type="text", text=_result_text(result))]
+        for path in one_per_output(result.files):
+            blocks.append(await _file_block(sessions, path, session, config))
+        summary = {k: v for k, v in result.to_dict().items() if k != "outputs"}
+        return CallToolResult(content=blocks, structured_content=summary, is_error=not result.ok)
+
     server: MCPServer[Any] = MCPServer(
-        "kernelexec", instructions=_INSTRUCTIONS, lifespan=lifespan, log_level="WARNING"
+        "kernelexec",
+        instructions=_INSTRUCTIONS,
+        lifespan=lifespan,
+        log_level="WARNING",
+        extensions=[ExecutionTasks(sessions, answer)],
     )
 
     @server.tool()
@@ -92,17 +105,12 @@ def build_server(config: McpConfig, door: Door | None = None) -> MCPServer[Any]:
         """
         if background:
             return started(session, await _tool(sessions.start(session, code, language, timeout)))
+        if (offer := task_offer()) is not None:  # the client takes tasks: a long run is one
+            info = await _tool(sessions.start(session, code, language, timeout))
+            return await offer.run(sessions, answer, session, info)
         running = _tool(sessions.execute(session, code, language, timeout))
         result = await (with_progress(ctx, running, timeout) if ctx is not None else running)
         return await answer(session, result)
-
-    async def answer(session: str, result: ExecutionResult) -> CallToolResult:
-        """What execute_code returns for a result (get_execution too, once one has ended)."""
-        blocks: list[ContentBlock] = [TextContent(type="text", text=_result_text(result))]
-        for path in one_per_output(result.files):
-            blocks.append(await _file_block(sessions, path, session, config))
-        summary = {k: v for k, v in result.to_dict().items() if k != "outputs"}
-        return CallToolResult(content=blocks, structured_content=summary, is_error=not result.ok)
 
     register(server, sessions, answer, config.max_timeout)
 
