@@ -66,6 +66,16 @@ def acceptance() -> dict[str, Any]:
     sbx.files.remove("data/notes.txt")
     removed = sbx.files.exists("data/notes.txt")
     command = sbx.commands.run("echo from bash; echo oops >&2")
+    placed = sbx.commands.run("echo $GREETING; pwd", envs={"GREETING": "hi"}, cwd="/home/user/data")
+    try:
+        sbx.commands.run("echo partial; exit 3")
+        exit_error = None
+    except Exception as exc:
+        exit_error = [
+            type(exc).__name__,
+            getattr(exc, "exit_code", None),
+            getattr(exc, "stdout", None),
+        ]
     running = sbx.is_running()
     sbx.set_timeout(600)
     same = Sandbox.connect(sbx.sandbox_id)
@@ -100,6 +110,8 @@ def acceptance() -> dict[str, Any]:
         "exists": exists,
         "removed": removed,
         "command": [command.exit_code, command.stdout, command.stderr],
+        "placed": placed.stdout,
+        "exit_error": exit_error,
         "running": running,
         "via_connect": via_connect,
         "killed": killed,

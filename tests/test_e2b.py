@@ -64,6 +64,9 @@ def test_an_e2b_script_runs_unchanged(seen: dict[str, Any]) -> None:
     assert done["context"] == {"cwd": "/home/user/data", "text": "True", "listed": True}
     assert done["after"] == "42"
     assert done["command"] == [0, "from bash\n", "oops\n"]
+    greeting, cwd = done["placed"].splitlines()
+    assert greeting == "hi" and cwd.endswith("/data"), done["placed"]
+    assert done["exit_error"] == ["CommandExitException", 3, "partial\n"]
     assert done["running"] is True
     assert done["via_connect"] == "42"
     assert done["killed"] is True

@@ -9,7 +9,7 @@ message and an end-of-stream envelope (flag 2) holding any error.
 
 ``commands.run`` runs in the sandbox's own kernel, as a bash cell (``%%bash``),
 so the command is contained as the kernel is; its output comes as it is
-written, and its exit status is the one bash's cell reports. A call not served
+written, and its exit status is the one the bash cell's error reports. A call not served
 here (watching a folder, a PTY, stdin, signals) is Connect's ``unimplemented``
 naming it.
 """
@@ -58,7 +58,7 @@ _BY_HTTP = {
     502: "unavailable",
 }
 _READING = ("Stat", "ListDir")
-_EXIT = re.compile(r"non-zero exit status (-?\d+)")
+_EXIT = re.compile(r"bash exited with status (-?\d+)")  # a failed bash cell's BashError
 _MAX_REQUEST = 1 << 20  # a Connect request's JSON: paths and a command, never file data
 
 
