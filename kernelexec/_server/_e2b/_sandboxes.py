@@ -112,7 +112,12 @@ class Sandboxes:
         self._all: dict[str, Sandbox] = {}
 
     async def create(
-        self, request: CreateRequest, owner: Tenant, template: str, timeout: int, metadata: dict[str, str]
+        self,
+        request: CreateRequest,
+        owner: Tenant,
+        template: str,
+        timeout: int,
+        metadata: dict[str, str],
     ) -> Sandbox:
         entry = await self.registry.create(request, owner)
         now = time.time()
@@ -156,7 +161,6 @@ class Sandboxes:
 
     async def kill(self, sandbox: Sandbox) -> None:
         """Ends the sandbox: its contexts' kernels, its session and its files."""
-        self._all.pop(sandbox.id, None)
         self._forget(sandbox)
         with contextlib.suppress(ApiError):  # already deleted through /sessions
             await self.registry.delete(sandbox.id, purge=True)
