@@ -34,22 +34,21 @@ as root: ``python -m pytest tests/test_ray.py``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _netns import held_namespace, interfaces
 from _pids import end_netns
 from _readme_shell import loopback_up
 
@@ -190,7 +189,7 @@ def _run_in_cluster(
     leaked: list[str] = []
     timed_out = False
     try:
-        with _held_namespace(script, outer) as namespace:
+        with held_namespace(script, outer) as namespace:
             try:
                 script.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -231,42 +230,7 @@ def _tail(path: Path, limit: int = 6000) -> str:
     return data[-limit:].decode("utf-8", "replace")
 
 
-@contextlib.contextmanager
-def _held_namespace(script: subprocess.Popen[bytes], outer: str) -> Iterator[os.stat_result]:
-    """The script's network namespace, held open by a descriptor while the block runs.
-
-    Held, the namespace (and so its inode number) cannot go away and be
-    reused by another while processes are looked for in it: a process whose
-    ``/proc/<pid>/ns/net`` is this very inode is verifiably in the namespace
-    this run made. Waits for ``unshare`` to have made it (it then execs the script).
-    """
-    deadline = time.monotonic() + 30
-    while True:
-        path = f"/proc/{script.pid}/ns/net"
-        try:
-            if os.readlink(path) != outer:
-                fd = os.open(path, os.O_RDONLY)
-                break
-        except FileNotFoundError:
-            pass
-        if script.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"unshare --net did not make a namespace (exit {script.poll()})")
-        time.sleep(0.005)
-    try:
-        if os.readlink(f"/proc/self/fd/{fd}") == outer:  # the script ended and its pid was reused
-            raise AssertionError("the script's namespace could not be held")
-        yield os.fstat(fd)
-    finally:
-        os.close(fd)
-
-
 # -- the script's side, inside the namespace
-
-
-def _interfaces() -> list[str]:
-    # The namespace's own: if_nameindex asks the kernel through a socket of this
-    # namespace (/sys/class/net would show the namespace sysfs was mounted in).
-    return sorted(name for _, name in socket.if_nameindex())
 
 
 def _scenario(spec: str) -> Callable[[ClusterInfo], Any]:
@@ -338,7 +302,7 @@ def _main() -> int:
         if os.readlink("/proc/self/ns/net") == args.outer_namespace:
             raise RuntimeError("not in a network namespace of its own: run under unshare --net")
         loopback_up()
-        answer["interfaces"] = _interfaces()
+        answer["interfaces"] = interfaces()
         if answer["interfaces"] != ["lo"]:
             raise RuntimeError(f"the namespace has {answer['interfaces']}: refusing to start Ray")
         _in_cluster(args, answer)

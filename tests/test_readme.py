@@ -28,6 +28,8 @@ How each block runs, by its fence's language:
 - Docker blocks (``kernelexec image build``, ``DockerBackend``) need a Docker
   engine, and ``mkdocs`` blocks the ``docs`` extra; without them they are
   left out and the test is skipped at the end (with CI=true, a failure).
+  Ray's blocks and those importing E2B's SDK (whose defaults call E2B's cloud)
+  run only where the page has a network namespace of its own, as root.
 
 The pages' servers listen on their default ports (8765, 8766, 8767, 8888),
 which other programs on a test machine may hold (the benchmark's Kernel
@@ -50,6 +52,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import importlib.util
 import json
 import os
 import queue
@@ -224,6 +227,23 @@ def ray_missing() -> str | None:
         import ray  # noqa: F401
     except ImportError:
         return "ray is not installed (the test extra has it)"
+    return None
+
+
+def needs_e2b(block: Block) -> bool:
+    """A block using E2B's SDK, whose defaults call E2B's cloud: run only in a network
+    namespace of the page's own, where a setting missed cannot reach past loopback."""
+    return block.language in PYTHON and bool(
+        imported_modules(block.code) & {"e2b", "e2b_code_interpreter"}
+    )
+
+
+def e2b_missing() -> str | None:
+    """Why a page's E2B blocks cannot run here (None: they can)."""
+    if not own_network():
+        return "E2B's SDK runs only in a network namespace of the page's own (as root)"
+    if importlib.util.find_spec("e2b_code_interpreter") is None:
+        return "E2B's SDK is not installed (the test extra has e2b-code-interpreter)"
     return None
 
 
@@ -810,6 +830,7 @@ def test_the_page_runs_as_written(path: Path, tmp_path: Path) -> None:
                     (no_docker if needs_docker(block) else None)
                     or (no_mkdocs if needs_mkdocs(block) else None)
                     or (ray_missing() if needs_ray(block) else None)
+                    or (e2b_missing() if needs_e2b(block) else None)
                 )
                 if missing:
                     left_out.append(f"{block.where} ({missing})")

@@ -50,6 +50,7 @@ EXTRAS = {
     "otel": ["opentelemetry.sdk.trace", "kernelexec._telemetry"],
     "gateway": ["kernel_gateway", "kernelexec._cli.gateway"],
     "ray": ["ray", "ray.util.placement_group", "kernelexec._ray._host"],
+    "e2b": ["multipart", "kernelexec._server._e2b"],
 }
 # Installed only with an extra: a core install that had them would be 40 packages heavier.
 NOT_IN_CORE = {"jupyter-server", "jupyter-kernel-gateway", "nbconvert", "terminado"}

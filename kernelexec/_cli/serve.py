@@ -9,6 +9,7 @@ from typing import Any
 
 from .._environment import pool_size, preload, server_token, venv_cache_dir
 from .._exceptions import ConfigurationError
+from .._extras import missing_extra
 from ._ray import add_ray_options, join_ray, ray_policy
 from ._startup import (
     DEFAULT_PORTS,
@@ -149,6 +150,13 @@ def add_command(commands: Any) -> None:
         "(default: never; also $KERNELEXEC_OTEL_CAPTURE_CONTENT=1)",
     )
     add_tenant_options(serve)
+    serve.add_argument(
+        "--e2b",
+        action="store_true",
+        help="also answer E2B's Python SDK (e2b-code-interpreter) under /e2b: point "
+        "E2B_API_URL at <url>/e2b and E2B_SANDBOX_URL at <url>/e2b/sandbox, with the "
+        "token as E2B_API_KEY (docs/guides/e2b.md); needs the e2b extra",
+    )
     serve.add_argument("--log-level", default="warning", help="uvicorn's (default warning)")
     serve.set_defaults(handler=_serve)
 
@@ -417,6 +425,18 @@ def policy_from(args: argparse.Namespace) -> Any:
     )
 
 
+def check_e2b_extra() -> None:
+    """The E2B door reads the SDK's uploads (multipart) with python-multipart, the e2b extra's.
+
+    Raises:
+        ConfigurationError: it is not installed (the message names the extra).
+    """
+    try:
+        import multipart  # noqa: F401 -- only --e2b needs it
+    except ImportError as exc:
+        raise ConfigurationError(str(missing_extra("kernelexec serve --e2b", "e2b", exc))) from None
+
+
 def _serve(args: argparse.Namespace) -> int:
     apply_zygote_option(args)
     from .._server import ServerConfig, serve
@@ -430,6 +450,8 @@ def _serve(args: argparse.Namespace) -> int:
     # Every check before anything says "serving" (see _startup); serve() binds
     # the port before it calls listening(), and fails with one line if it cannot.
     port = check_port(args.port)
+    if args.e2b:
+        check_e2b_extra()
     token, generated = token_or_tenants(args, args.host)
     policy = policy_from(args)
     join_ray(policy)
@@ -461,6 +483,7 @@ def _serve(args: argparse.Namespace) -> int:
             tenants=args.tenants,
             audit_log=args.audit_log,
             audit_max_bytes=int(args.audit_max_mb * MIB),
+            e2b=args.e2b,
         )
 
         def listening(port: int) -> None:

@@ -17,6 +17,7 @@ from ._audited import AuditRequests, audit_server, record_stop
 from ._auth import TenantAuth
 from ._bodies import BodyLimit
 from ._config import ServerConfig
+from ._e2b import E2B_ROUTES, KEY_HEADERS, PREFIX, E2BErrorCodes, Sandboxes
 from ._errors import exception_handlers
 from ._jupyter_api import JUPYTER_ROUTES
 from ._openapi import openapi_schema
@@ -75,6 +76,7 @@ def create_app(
         openapi_schema(config, kernel_names),
         audit=audit,
     )
+    sandboxes = Sandboxes(state.registry) if config.e2b else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -89,24 +91,31 @@ def create_app(
             loop.create_task(state.registry.quotas.watch()),
             loop.create_task(tenants.watch()),
         ]
+        if sandboxes is not None:
+            background.append(loop.create_task(sandboxes.sweep_forever()))
         try:
             yield
         finally:
             for task in background:
                 task.cancel()
+            if sandboxes is not None:
+                await sandboxes.close_all()
             await state.registry.close_all()
             await asyncio.gather(*state.tasks, return_exceptions=True)
             if audit is not None:
                 record_stop(audit, "http")
                 await audit.aclose()
 
+    e2b = sandboxes is not None
     app = Starlette(
-        routes=[*ROUTES, *JUPYTER_ROUTES],
+        routes=[*ROUTES, *JUPYTER_ROUTES, *(E2B_ROUTES if e2b else [])],
         middleware=[
             # Outermost, so that refused requests are logged too.
             Middleware(AuditRequests, audit=audit),
+            # Before the token: E2B's SDK reads a 401 only with its "code".
+            *([Middleware(E2BErrorCodes, prefix=f"{PREFIX}/")] if e2b else []),
             # The token next: a stranger learns nothing, not even the body limit.
-            Middleware(TenantAuth, tenants=tenants),
+            Middleware(TenantAuth, tenants=tenants, keyed=KEY_HEADERS if e2b else ()),
             # After the token: a stranger cannot start spans or pick their trace.
             Middleware(TraceRequests),
             Middleware(BodyLimit, limit=config.max_body),
@@ -115,4 +124,5 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.kexec = state
+    app.state.e2b = sandboxes
     return app

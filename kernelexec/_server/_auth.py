@@ -11,6 +11,7 @@ sessions) is checked by the route (``_access.py``).
 from __future__ import annotations
 
 import contextvars
+from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -19,7 +20,7 @@ from .._tenants._registry import Identity, TenantRegistry
 from ._errors import ApiError
 from ._ratelimit import RateLimiter
 
-__all__ = ["CALLER", "OPEN_PATHS", "TenantAuth", "caller", "identity_of"]
+__all__ = ["CALLER", "OPEN_PATHS", "KeyHeaders", "TenantAuth", "caller", "identity_of"]
 
 OPEN_PATHS = frozenset({"/health"})
 _KEY = "kexec.identity"
@@ -27,6 +28,23 @@ _KEY = "kexec.identity"
 CALLER: contextvars.ContextVar[Identity | None] = contextvars.ContextVar(
     "kernelexec_caller", default=None
 )
+
+
+@dataclass(frozen=True)
+class KeyHeaders:
+    """Paths under ``prefix`` whose token comes bare in one of ``headers``, not as
+    ``Authorization`` (E2B's SDK sends its API key as ``X-API-KEY``, and to a sandbox
+    as ``X-Access-Token``; its ``Authorization`` there names a user, not a key).
+
+    Attributes:
+        prefix: the paths' start, with its slash (``/e2b/``).
+        headers: the headers that may hold the token, lower case, first found wins.
+        hint: the end of a 401's message, naming the setting that sends the token.
+    """
+
+    prefix: str
+    headers: tuple[bytes, ...]
+    hint: str
 
 
 def caller(connection: HTTPConnection) -> Identity:
@@ -58,26 +76,30 @@ class TenantAuth:
         tenants: TenantRegistry,
         open_paths: frozenset[str] | tuple[str, ...] = OPEN_PATHS,
         limiter: RateLimiter | None = None,
+        keyed: tuple[KeyHeaders, ...] = (),
     ) -> None:
         self.app = app
         self.tenants = tenants
         self._open = frozenset(open_paths)
         self._limiter = limiter or RateLimiter()
+        self._keyed = keyed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or scope["path"] in self._open:
             await self.app(scope, receive, send)
             return
-        identity = self._identity(scope)
+        keyed = next((k for k in self._keyed if scope["path"].startswith(k.prefix)), None)
+        identity = self._identity(scope) if keyed is None else self._keyed_identity(scope, keyed)
         if identity is None:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})  # before the handshake
                 return
+            how = "as 'Authorization: Bearer <token>'" if keyed is None else keyed.hint
             error = ApiError(
                 401,
                 "unauthorized",
-                "send a token of this server as 'Authorization: Bearer <token>' (kernelexec "
-                "serve printed it at start-up, or its operator gave you one)",
+                f"send a token of this server {how} (kernelexec serve printed it at "
+                "start-up, or its operator gave you one)",
             )
             await error.response()(scope, receive, send)
             return
@@ -115,4 +137,15 @@ class TenantAuth:
                 except UnicodeDecodeError:
                     return None
                 return self.tenants.authenticate(token)
+        return None
+
+    def _keyed_identity(self, scope: Scope, keyed: KeyHeaders) -> Identity | None:
+        sent = scope["headers"]
+        for wanted in keyed.headers:
+            for name, value in sent:
+                if name == wanted:
+                    try:
+                        return self.tenants.authenticate(value.strip().decode("ascii"))
+                    except UnicodeDecodeError:
+                        return None
         return None

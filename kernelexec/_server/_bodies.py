@@ -34,6 +34,7 @@ __all__ = [
     "body_chunks",
     "drain",
     "parse_create",
+    "parse_env",
     "parse_execute",
     "parse_flags",
     "parse_start_kernel",
@@ -209,7 +210,8 @@ def _timeout(value: Any, config: ServerConfig) -> float | None:
     return float(value)
 
 
-def _env(value: Any) -> dict[str, str]:
+def parse_env(value: Any) -> dict[str, str]:
+    """A session's environment variables, checked: valid names, text values, no NUL."""
     if not isinstance(value, dict):
         raise ApiError(400, "invalid_request", "env must be an object of strings")
     env = {}
@@ -243,7 +245,7 @@ async def parse_create(
             f"server; installed: {', '.join(kernel_names)}",
         )
     timeout = _timeout(data.get("timeout"), config)
-    env = _env(data.get("env", {}))
+    env = parse_env(data.get("env", {}))
     try:
         options = parse_options(data, policy_for(config.policy, owner))
     except OptionError as exc:

@@ -69,6 +69,7 @@ class ServerConfig:
         store_disk: bytes the whole checkpoint store may hold.
         checkpoint_max_age: seconds a checkpoint is kept in the store (a
             suspended session's too: the session is then culled); None forever.
+        e2b: also answer E2B's SDK under ``/e2b`` (``kernelexec/_server/_e2b/``).
     """
 
     token: str | None
@@ -93,6 +94,7 @@ class ServerConfig:
     tenants: Path | None = None
     audit_log: Path | None = None
     audit_max_bytes: int = 64 * MIB
+    e2b: bool = False
 
     def __post_init__(self) -> None:
         if self.token is not None and self.tenants is not None:
