@@ -5,7 +5,8 @@ AG2 1.x (``ag2.tools.code``) and the classic package's beta line
 each with its own ``CodeRunResult``. The environment is written once, here,
 and imports neither: ``kernelexec.integrations.ag2_code`` and
 ``kernelexec.integrations.ag2_beta`` each subclass it, making their
-framework's result.
+framework's result. ``given_or_made`` is also the Agent Framework tool's
+(``kernelexec.integrations.agent_framework``): a caller's session, or one made.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .._session._async import AsyncSession
 from ._blocks import combine, prepare
 
-__all__ = ["KernelLanguage", "SessionCodeEnvironment"]
+__all__ = ["KernelLanguage", "SessionCodeEnvironment", "given_or_made"]
 
 R = TypeVar("R")
 E = TypeVar("E", bound="SessionCodeEnvironment[Any]")
@@ -27,6 +28,24 @@ KernelLanguage = Literal["python", "bash"]
 """The languages a kernel runs; both AG2 lines' ``CodeLanguage`` include them."""
 
 _LANGUAGES: tuple[KernelLanguage, ...] = ("python", "bash")
+
+
+def given_or_made(
+    owner: object, session: AsyncSession | None, output_dir: str | Path | None, timeout: float
+) -> tuple[AsyncSession, bool]:
+    """The session a code tool runs in, and whether the tool made it (and so closes it).
+
+    Raises:
+        ValueError: both a session and the ``output_dir`` or ``timeout`` that make one.
+    """
+    if session is not None and (output_dir is not None or timeout != 60):
+        raise ValueError(
+            f"give {type(owner).__name__} a session or the output_dir and timeout "
+            "that make one, not both"
+        )
+    if session is not None:
+        return session, False
+    return AsyncSession(output_dir, timeout=timeout), True
 
 
 class SessionCodeEnvironment(ABC, Generic[R]):
@@ -44,13 +63,7 @@ class SessionCodeEnvironment(ABC, Generic[R]):
         output_dir: str | Path | None = None,
         timeout: float = 60,
     ) -> None:
-        if session is not None and (output_dir is not None or timeout != 60):
-            raise ValueError(
-                f"give {type(self).__name__} a session or the output_dir and timeout "
-                "that make one, not both"
-            )
-        self._owns_session = session is None
-        self._session = session or AsyncSession(output_dir, timeout=timeout)
+        self._session, self._owns_session = given_or_made(self, session, output_dir, timeout)
 
     @abstractmethod
     def _result(self, output: str, exit_code: int) -> R:
