@@ -38,7 +38,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 from .._extras import missing_extra
@@ -57,9 +56,9 @@ except ImportError as exc:
 
 from .._kernel.call_tool import _kernelexec_call_tool_for
 from .._session._async import AsyncSession
-from ._approval import Verdict, ask, refusal_text
+from ._approval import Approval, Verdict, ask, refusal_text
 from ._blocks import combine, prepare
-from ._code_environment import given_or_made
+from ._code_environment import HeldSession
 from ._codeact import PREFIX, CodeRequest, ToolCallLimits, ToolGate, ToolRequest
 from ._codeact_text import describe_execute_code, instructions
 
@@ -88,7 +87,7 @@ _INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class KernelexecExecuteCodeTool(FunctionTool):
+class KernelexecExecuteCodeTool(HeldSession, FunctionTool):
     """``execute_code(code)``, the framework's CodeAct tool, over one kernelexec session.
 
     Give it to an agent's ``tools`` directly, or through a
@@ -138,21 +137,11 @@ class KernelexecExecuteCodeTool(FunctionTool):
             func=self._run_code,
             input_model=_INPUT_SCHEMA,
         )
-        self._session, self._owns_session = given_or_made(self, session, output_dir, timeout)
+        self._hold(session, output_dir, timeout)
         self._host_tools = {tool.name: tool for tool in host_tools}
         self._approval_func = approval_func
         self._limits = limits or ToolCallLimits()
         self._call_tool_in: int | Literal[False] | None = False  # the kernel that has call_tool
-
-    @property
-    def session(self) -> AsyncSession:
-        """The session whose kernel runs the code."""
-        return self._session
-
-    @property
-    def output_dir(self) -> Path:
-        """The kernel's cwd, absolute; saved outputs are under its ``outputs/``."""
-        return self._session.work_dir
 
     @property
     def host_tools(self) -> list[FunctionTool]:
@@ -183,7 +172,7 @@ class KernelexecExecuteCodeTool(FunctionTool):
         output = combine([result], self._session.work_dir).output
         return output or "The code ran and printed nothing."
 
-    async def _approve_call(self, request: ToolRequest) -> Any:
+    async def _approve_call(self, request: ToolRequest) -> Approval:
         return await ask(self._approval_func, request)
 
     async def _define_call_tool(self) -> str | None:
@@ -205,27 +194,12 @@ class KernelexecExecuteCodeTool(FunctionTool):
         self._call_tool_in = self._session.kernel_pid
         return None
 
-    async def aclose(self) -> None:
-        """Shuts the kernel down if this tool made the session; files stay."""
-        if self._owns_session:
-            await self._session.close()
 
-    async def __aenter__(self) -> KernelexecExecuteCodeTool:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class KernelexecCodeActProvider(ContextProvider):
+class KernelexecCodeActProvider(HeldSession, ContextProvider):
     """The framework's CodeAct provider shape: ``execute_code`` and its instructions, each run.
 
-    Takes ``KernelexecExecuteCodeTool``'s arguments, and ``source_id``.
+    Takes ``KernelexecExecuteCodeTool``'s arguments, and ``source_id``; its
+    ``execute_code`` is that tool, on the provider's session.
     """
 
     DEFAULT_SOURCE_ID = "kernelexec_codeact"
@@ -243,20 +217,14 @@ class KernelexecCodeActProvider(ContextProvider):
         limits: ToolCallLimits | None = None,
     ) -> None:
         super().__init__(source_id)
+        self._hold(session, output_dir, timeout)
         self.execute_code = KernelexecExecuteCodeTool(
-            session,
+            self._session,
             tools=tools,
             approval_func=approval_func,
             approval_mode=approval_mode,
-            output_dir=output_dir,
-            timeout=timeout,
             limits=limits,
         )
-
-    @property
-    def session(self) -> AsyncSession:
-        """The session whose kernel runs the code."""
-        return self.execute_code.session
 
     async def before_run(
         self,
@@ -269,21 +237,6 @@ class KernelexecCodeActProvider(ContextProvider):
         """Adds the instructions and ``execute_code`` to this run."""
         context.extend_instructions(self.source_id, self.execute_code.instructions)
         context.extend_tools(self.source_id, [self.execute_code])
-
-    async def aclose(self) -> None:
-        """Shuts the kernel down if the provider made the session; files stay."""
-        await self.execute_code.aclose()
-
-    async def __aenter__(self) -> KernelexecCodeActProvider:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class _HostFunction:
