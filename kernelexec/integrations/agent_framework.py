@@ -15,9 +15,11 @@ its variables, imports and files from call to call, on a real Linux machine
         reply = await agent.run("Chart the week's temperatures in Paris")
 
 ``tools`` are the agent's tools for the code: each ``call_tool`` from the
-kernel reaches only them, through the kernel's stdin, checked, approved and
-run on the host (``kernelexec/integrations/_codeact.py`` says how and why
-that channel is safe). ``approval_func`` sees each ``execute_code`` call's
+kernel reaches only them, as an input request on the kernel's stdin that the
+host answers only during that call, checked, approved and run on the host,
+the result sent back as JSON (the guide's "How call_tool reaches the host"
+says why the kernel cannot abuse it). A new kernel (a restart) gets
+``call_tool`` again before its first call. ``approval_func`` sees each ``execute_code`` call's
 code (a ``CodeRequest``) before it runs and each tool call (a
 ``ToolRequest``) before the tool runs; a refusal is what the model reads (a
 ``ToolCallError`` raised in the code, for a tool call), and it may try again.
