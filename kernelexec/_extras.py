@@ -3,9 +3,9 @@
 ``kernelexec gateway`` needs ``gateway``, ``kernelexec mcp`` needs ``mcp``; the
 AutoGen integration needs ``autogen``, AG2 1.x's ``ag2`` and AG2's classic
 framework's ``ag2-classic`` (their modules add, as a ``note``, which AG2 is
-installed instead). kernelexec is not on a package index: the install line
-names a clone (``pip install -e '.[x]'``) or a wheel built from one
-(``python -m build``).
+installed instead), and the Agent Framework's ``agent-framework``. kernelexec
+is not on a package index: the install line names a clone (``pip install -e
+'.[x]'``) or a wheel built from one (``python -m build``).
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ def blocked(modules: str, code: str, *args: str) -> subprocess.CompletedProcess[
     [
         ("kernelexec.integrations.autogen", "autogen", "autogen_core"),
         ("kernelexec.integrations.ag2_code", "ag2", "ag2"),
+        ("kernelexec.integrations.agent_framework", "agent-framework", "agent_framework"),
         ("kernelexec.integrations.ag2", "ag2-classic", "autogen"),
         ("kernelexec.integrations.ag2_tools", "ag2-classic", "autogen"),
         ("kernelexec.integrations.ag2_beta", "ag2-classic", "autogen"),

@@ -152,6 +152,40 @@ async def test_input_gets_the_answers_given(session: AsyncSession) -> None:
     assert result.text == "name? ada\npw? \nada 6\n"
 
 
+async def test_an_answerer_replies_to_each_prompt_unshown(session: AsyncSession) -> None:
+    prompts: list[str] = []
+
+    async def answer(prompt: str) -> str | None:
+        prompts.append(prompt)
+        return None if prompt == "three? " else prompt.upper()
+
+    code = (
+        "a = input('one? ')\nb = input('two? ')\n"
+        "try:\n    input('three? ')\nexcept EOFError:\n    print(a + b)"
+    )
+    result = await session.execute(code, stdin=answer)
+    assert prompts == ["one? ", "two? ", "three? "]
+    # Its replies are between the caller and the code; None is end of file, as without
+    # answers (the prompt shown, then what the code printed after it).
+    assert result.ok, result.text
+    assert result.stdout == "three? \nONE? TWO? \n"
+    assert "more input than was given" in (result.message or "")
+
+
+async def test_an_answerers_wait_counts_against_the_timeout(session: AsyncSession) -> None:
+    async def never(prompt: str) -> str:
+        await asyncio.sleep(60)
+        return "late"
+
+    await session.execute("x = 1")
+    started = time.monotonic()
+    result = await session.execute("print(input('? '))", stdin=never, timeout=2)
+    assert result.status == "timeout" and not result.restarted
+    assert time.monotonic() - started < 2 + SOON
+    assert "late" not in result.text
+    assert (await session.execute("x")).text == "1\n"
+
+
 @pytest.fixture
 def cpu_burners() -> Iterator[None]:
     """Two CPU-bound processes for the length of a test: a loaded machine, as in CI."""

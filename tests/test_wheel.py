@@ -39,6 +39,7 @@ EXTRAS = {
         "kernelexec.integrations.autogen",
     ],
     "ag2": ["ag2.tools.code", "kernelexec.integrations.ag2_code"],
+    "agent-framework": ["agent_framework", "kernelexec.integrations.agent_framework"],
     "ag2-classic": [
         "autogen.coding",
         "kernelexec.integrations.ag2",
@@ -58,6 +59,7 @@ NOT_IN_CORE = {"jupyter-server", "jupyter-kernel-gateway", "nbconvert", "termina
 NEEDS_EXTRA = {
     "kernelexec.integrations.autogen": "autogen",
     "kernelexec.integrations.ag2_code": "ag2",
+    "kernelexec.integrations.agent_framework": "agent-framework",
     "kernelexec.integrations.ag2": "ag2-classic",
     "kernelexec.integrations.ag2_tools": "ag2-classic",
     "kernelexec.integrations.ag2_beta": "ag2-classic",

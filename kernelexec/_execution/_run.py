@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,7 +27,7 @@ from ._live import LiveOutput, OutputListener
 from ._messages import live_output
 from ._reducer import ExecutionReducer
 
-__all__ = ["Outcome", "run_code"]
+__all__ = ["InputAnswerer", "Outcome", "run_code"]
 
 POLL_SECONDS = 0.2
 # After the reply, IOPub silent this long means the idle status was lost (a
@@ -38,6 +38,10 @@ QUIET_AFTER_REPLY = 2.0
 END_OF_INPUT = "\x04"
 
 Ending = Literal["done", "died", "deadline"]
+
+InputAnswerer = Callable[[str], Awaitable["str | None"]]
+"""Answers the kernel's input requests as they come: given the prompt, the reply,
+or None for end of file. Its wait counts against the execution's timeout."""
 
 
 @dataclass
@@ -57,7 +61,7 @@ async def run_code(
     reducer_factory: Any,
     timeout: float,
     grace: float,
-    stdin: Sequence[str] | None,
+    stdin: Sequence[str] | InputAnswerer | None,
     on_output: OutputListener | None = None,
 ) -> Outcome:
     """Runs ``source`` and folds its messages until the kernel is done with it.
@@ -65,10 +69,15 @@ async def run_code(
     On timeout or cancellation the kernel is interrupted; if it is not idle
     within ``grace`` seconds the outcome asks for a restart. Cancellation is
     reported as the "cancelled" ending: the caller records it, then re-raises.
+
+    Args:
+        stdin: the answers to ``input()``, in order, or an ``InputAnswerer``.
     """
     sent = time.monotonic()
     msg_id = await backend.execute(source, allow_stdin=stdin is not None)
-    run = _Run(backend, reducer_factory(msg_id), deque(stdin or ()), on_output, sent)
+    answerer = stdin if callable(stdin) else None
+    answers = deque(() if callable(stdin) else stdin or ())
+    run = _Run(backend, reducer_factory(msg_id), answers, on_output, sent, answerer)
     try:
         ending = await run.collect(time.monotonic() + timeout)
     except asyncio.CancelledError:
@@ -90,8 +99,10 @@ class _Run:
         answers: deque[str],
         on_output: OutputListener | None,
         sent: float,
+        answerer: InputAnswerer | None = None,
     ) -> None:
         self.backend = backend
+        self.answerer = answerer
         self.sent = sent  # when the request went: a drop seen before is not this execution's
         self.on_output = on_output
         self.reducer = reducer
@@ -130,7 +141,8 @@ class _Run:
             elif self._about_probe(channel, msg):
                 pass
             elif channel == "stdin":
-                await self._answer(msg)
+                if not await self._answer(msg, deadline):
+                    return "deadline"
             elif self.reducer.feed(msg) and self.on_output is not None:
                 self._show(msg)
         if not self.reducer.replied:
@@ -174,6 +186,7 @@ class _Run:
     async def stop(self, grace: float) -> None:
         """Interrupts the kernel and drains this execution's last messages."""
         self.answers.clear()
+        self.answerer = None  # nothing is answered for code being stopped
         await self.backend.interrupt()
         if await self.collect(time.monotonic() + grace) != "done":
             self.unstoppable = True
@@ -188,13 +201,21 @@ class _Run:
             # A broken listener costs the live view, never the execution.
             self.on_output = None
 
-    async def _answer(self, msg: dict[str, Any]) -> None:
+    async def _answer(self, msg: dict[str, Any], deadline: float) -> bool:
+        """Replies to this execution's input request; False when the deadline passed first."""
         if msg.get("header", {}).get("msg_type") != "input_request":
-            return
+            return True
         if (msg.get("parent_header") or {}).get("msg_id") != self.reducer.msg_id:
-            return
+            return True
         content = msg.get("content") or {}
         prompt = str(content.get("prompt", ""))
+        if self.answerer is not None:
+            answered = await self._ask(prompt, deadline)
+            if answered is False:
+                return False
+            if answered is not None:
+                await self.backend.send_input(answered)
+                return True
         if not self.answers:
             # Answered, not interrupted: an interrupt can be lost (in a cell
             # with a top-level await, ipykernel's SIGINT handler only schedules
@@ -210,8 +231,24 @@ class _Run:
             if prompt:  # shown unanswered, so what the code printed next starts a line
                 self.reducer.add_stream("stdout", f"{prompt}\n")
             await self.backend.send_input(END_OF_INPUT)
-            return
+            return True
         value = self.answers.popleft()
         shown = "" if content.get("password") else value
         self.reducer.add_stream("stdout", f"{prompt}{shown}\n")
         await self.backend.send_input(value)
+        return True
+
+    async def _ask(self, prompt: str, deadline: float) -> str | Literal[False] | None:
+        """The answerer's reply (not shown: it is between our code and the kernel's),
+        None for the answers' path, False when the deadline passed first."""
+        assert self.answerer is not None
+        try:
+            return await asyncio.wait_for(
+                self.answerer(prompt), max(deadline - time.monotonic(), 0)
+            )
+        except asyncio.TimeoutError:
+            return False
+        except Exception as exc:
+            # A broken answerer costs this input (end of file), never the execution.
+            self.notes.append(f"An input request could not be answered ({exc!r}).")
+            return None

@@ -6,8 +6,9 @@ only the standard library and ipykernel, and ``boot.py`` loads its siblings by
 path. Nothing here is imported by the rest of kernelexec except for the paths
 and constants below, ``caps.py``'s byte caps, which the reducer applies to
 kernels it did not boot, ``guard.py``'s process-tree and privilege calls,
-``fork.py``'s message names and liveness check, and ``data.py``'s mimetypes
-and caps, which the host holds every table and chart to. ``contain.py``
+``fork.py``'s message names and liveness check, ``data.py``'s mimetypes
+and caps, which the host holds every table and chart to, and ``call_tool.py``'s
+function, whose source the Agent Framework integration sends as a cell. ``contain.py``
 (which contains the kernel) is run as a script by the host's probe of what
 this machine can do.
 """

@@ -16,6 +16,7 @@ from .._exceptions import CheckpointError, ConfigurationError, SessionClosedErro
 from .._execution._background import Execution, ExecutionStore, run_in_background
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult, Limits
+from .._execution._run import InputAnswerer
 from .._markdown._blocks import BlockResult, CodeBlock, extract_code_blocks, run_blocks
 from .._remote_models import FileInfo
 from .._state._fork import ForkMethod, ForkReport
@@ -359,7 +360,7 @@ class AsyncSession:
         *,
         language: str | None = ...,
         timeout: float | None = ...,
-        stdin: Sequence[str] | None = ...,
+        stdin: Sequence[str] | InputAnswerer | None = ...,
         on_output: OutputListener | None = ...,
         background: Literal[False] = ...,
     ) -> ExecutionResult: ...
@@ -371,7 +372,7 @@ class AsyncSession:
         *,
         language: str | None = ...,
         timeout: float | None = ...,
-        stdin: Sequence[str] | None = ...,
+        stdin: Sequence[str] | InputAnswerer | None = ...,
         on_output: OutputListener | None = ...,
         background: Literal[True],
     ) -> Execution: ...
@@ -382,7 +383,7 @@ class AsyncSession:
         *,
         language: str | None = "python",
         timeout: float | None = None,
-        stdin: Sequence[str] | None = None,
+        stdin: Sequence[str] | InputAnswerer | None = None,
         on_output: OutputListener | None = None,
         background: bool = False,
     ) -> ExecutionResult | Execution:
@@ -393,7 +394,11 @@ class AsyncSession:
             language: "python" (also "py", "python3", "ipython", None) or a shell.
             timeout: seconds for this execution; default the session's.
             stdin: answers for ``input()``/``getpass()``, in order. Without
-                them, asking for input fails at once instead of hanging.
+                them, asking for input fails at once instead of hanging. Or
+                an async callable given each prompt as it comes, returning
+                the answer (None: end of file), within the timeout; not
+                shown in the output. A door's own channel from the kernel's
+                code (the Agent Framework integration's ``call_tool``).
             on_output: called with each output as it happens, a
                 ``LiveOutput``: its ``str()`` is readable text (so
                 ``on_output=print`` shows the output), and it is the nbformat

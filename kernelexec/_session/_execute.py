@@ -24,7 +24,7 @@ from .._execution._languages import kernel_source, normalize_language
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult, Status
 from .._execution._reducer import ExecutionReducer, Folded
-from .._execution._run import Outcome, run_code
+from .._execution._run import InputAnswerer, Outcome, run_code
 from ._lifecycle import STATE_LOST, ensure_kernel, revive_if_dead, schedule_restart
 from ._recovery import after_execution, on_death, recover
 from ._transcript import code_cell, note_cell
@@ -41,7 +41,7 @@ async def execute(
     *,
     language: str | None,
     timeout: float | None,
-    stdin: Sequence[str] | None,
+    stdin: Sequence[str] | InputAnswerer | None,
     on_output: OutputListener | None,
 ) -> ExecutionResult:
     """The body of ``AsyncSession.execute`` (not in the background)."""
@@ -75,7 +75,7 @@ async def _execute(
     code: str,
     language: str,
     timeout: float,
-    stdin: Sequence[str] | None,
+    stdin: Sequence[str] | InputAnswerer | None,
     on_output: OutputListener | None,
 ) -> ExecutionResult:
     started_wall, started = time.time(), time.monotonic()

@@ -17,8 +17,14 @@ Function-calling agents get a tool whose calls share one kernel::
     from kernelexec.integrations.ag2_tools import KernelexecPythonTool      # ag2-classic
     from kernelexec.integrations.ag2_beta import KernelexecCodeEnvironment  # ag2-classic
 
+Microsoft Agent Framework agents get a CodeAct provider, whose ``execute_code`` runs in
+one kernel and whose code calls the agent's tools with ``call_tool``::
+
+    from kernelexec.integrations.agent_framework import KernelexecCodeActProvider  # agent-framework
+
 Both executors take an ``approval_func`` that sees the code blocks before they run and
-may refuse them; it answers with a bool or an ``Approval``.
+may refuse them; it answers with a bool or an ``Approval``. The CodeAct provider's sees
+each code and each tool call from it.
 """
 
 from ._approval import Approval

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Approval", "ApprovalLike", "Verdict", "read_verdict", "refusal_text"]
+__all__ = ["Approval", "ApprovalLike", "Verdict", "ask", "read_verdict", "refusal_text"]
 
 
 @runtime_checkable
@@ -52,7 +54,17 @@ def read_verdict(verdict: object) -> Approval:
     )
 
 
-def refusal_text(approval: Approval) -> str:
-    """The output an agent reads when its code was refused."""
+async def ask(approval_func: Callable[[Any], Any] | None, subject: object) -> Approval:
+    """What a hook, sync or async, says of ``subject``; no hook approves everything."""
+    if approval_func is None:
+        return Approval(approved=True)
+    verdict = approval_func(subject)
+    if inspect.isawaitable(verdict):
+        verdict = await verdict
+    return read_verdict(verdict)
+
+
+def refusal_text(approval: Approval, what: str = "Code execution") -> str:
+    """The output an agent reads when its code (or ``what`` else) was refused."""
     why = f": {approval.reason}" if approval.reason else ""
-    return f"Code execution was refused by the approval function{why}. Nothing was run."
+    return f"{what} was refused by the approval function{why}. Nothing was run."

@@ -20,12 +20,11 @@ wheel with ``[autogen]``; without it, importing this module raises a
 from __future__ import annotations
 
 import asyncio
-import inspect
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._extras import missing_extra
 
@@ -40,7 +39,7 @@ except ImportError as exc:
 from .._execution._models import ExecutionResult
 from .._markdown._blocks import CodeBlock as Block
 from .._session._async import AsyncSession
-from ._approval import Approval, Verdict, read_verdict, refusal_text
+from ._approval import Verdict, ask, refusal_text
 from ._blocks import Combined, combine, prepare, read_blocks, refused
 from ._executor import SessionExecutor
 
@@ -181,7 +180,7 @@ class KernelexecCodeExecutor(
             asyncio.CancelledError: the token was cancelled (the kernel was
                 interrupted, its state kept).
         """
-        approval = await self._ask_approval(code_blocks)
+        approval = await ask(self._approval_func, list(code_blocks))
         if not approval.approved:
             return _result(refused(refusal_text(approval)))
         if self._session.closed:
@@ -192,14 +191,6 @@ class KernelexecCodeExecutor(
             return await self._run_block(block, cancellation_token)
 
         return _result(combine(await self._run_blocks(blocks, execute), self.output_dir))
-
-    async def _ask_approval(self, code_blocks: list[CodeBlock]) -> Approval:
-        if self._approval_func is None:
-            return Approval(approved=True)
-        verdict: Any = self._approval_func(list(code_blocks))
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
-        return read_verdict(verdict)
 
     async def _run_block(
         self, block: Block, cancellation_token: CancellationToken
