@@ -18,6 +18,7 @@ checked on every request (``TenantAuth`` reads it from E2B's headers,
 - ``_filesystem.py`` and ``_connect.py``: envd's Connect RPC services: the
   filesystem's (list, exists, get_info, remove, make_dir, rename) and
   ``commands.run``, run as a bash cell in the sandbox's kernel.
+- ``_streaming.py``: an execution's live outputs as they come, for both streams.
 - ``_errors.py``: every error as the SDK reads it, and 501 for what is not served.
 """
 

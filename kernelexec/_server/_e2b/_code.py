@@ -10,10 +10,10 @@ closes, and the execution here is interrupted, its state kept.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -30,6 +30,7 @@ from ._control import read_object, sandboxes_of
 from ._errors import not_supported
 from ._paths import HOME, e2b_path, parts_for
 from ._sandboxes import Context, Sandbox
+from ._streaming import Run, streamed
 
 __all__ = ["create_context", "execute", "list_contexts", "remove_context", "restart_context"]
 
@@ -53,8 +54,6 @@ _ENDED = {
     "cancelled": "Cancelled",
     "quota_exceeded": "QuotaExceeded",
 }
-
-Run = Callable[[Callable[[LiveOutput], None]], Awaitable[ExecutionResult]]
 
 
 def _here(request: Request) -> tuple[Sandbox, Entry]:
@@ -127,35 +126,19 @@ def final_lines(result: ExecutionResult) -> list[dict[str, Any]]:
 async def _lines(run: Run, release: Callable[[], None]) -> AsyncIterator[bytes]:
     """The execution's lines as they come; the execution is cancelled (the kernel
     interrupted, its state kept) if the client goes away first."""
-    queue: asyncio.Queue[LiveOutput] = asyncio.Queue()
-    task = asyncio.ensure_future(run(queue.put_nowait))
     try:
-        while True:
-            getting = asyncio.ensure_future(queue.get())
-            await asyncio.wait({getting, task}, return_when=asyncio.FIRST_COMPLETED)
-            if not getting.done():
-                getting.cancel()
-                break
-            line = live_line(getting.result())
-            if line is not None:
-                yield _encode(line)
-        while not queue.empty():
-            line = live_line(queue.get_nowait())
-            if line is not None:
-                yield _encode(line)
-        try:
-            result = task.result()
-        except (SessionClosedError, KernelexecError) as exc:
-            yield _encode(
-                {"type": "error", "name": type(exc).__name__, "value": str(exc), "traceback": ""}
-            )
-            return
-        for line in final_lines(result):
-            yield _encode(line)
+        async with contextlib.aclosing(streamed(run)) as items:
+            async for item in items:
+                if isinstance(item, ExecutionResult):
+                    for last in final_lines(item):
+                        yield _encode(last)
+                elif (line := live_line(item)) is not None:
+                    yield _encode(line)
+    except (SessionClosedError, KernelexecError) as exc:
+        yield _encode(
+            {"type": "error", "name": type(exc).__name__, "value": str(exc), "traceback": ""}
+        )
     finally:
-        if not task.done():
-            task.cancel()
-            await asyncio.wait([task])
         release()
 
 

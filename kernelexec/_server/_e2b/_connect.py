@@ -18,23 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import re
 import shlex
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..._execution._live import LiveOutput
+from ..._execution._models import ExecutionResult
 from .._access import authorize
 from .._auth import caller
 from .._errors import ApiError
+from .._registry import Entry
 from ._control import sandboxes_of
 from ._filesystem import FsError, list_dir, make_dir, move, remove, stat_entry
 from ._paths import parts_for
+from ._streaming import streamed
 
 __all__ = ["filesystem_call", "process_call"]
 
@@ -191,23 +195,20 @@ async def process_call(request: Request) -> Response:
     )
 
 
-async def _started(held: Any, cell: str, release: Any) -> AsyncIterator[bytes]:
-    queue: asyncio.Queue[LiveOutput] = asyncio.Queue()
-    task = asyncio.ensure_future(
-        held.session.execute(cell, language="bash", on_output=queue.put_nowait)
-    )
+async def _started(held: Entry, cell: str, release: Callable[[], None]) -> AsyncIterator[bytes]:
+    def run(on_output: Callable[[LiveOutput], None]) -> Awaitable[ExecutionResult]:
+        return held.session.execute(cell, language="bash", on_output=on_output)
+
     try:
         yield _envelope({"event": {"start": {"pid": 0}}})
-        while True:
-            getting = asyncio.ensure_future(queue.get())
-            await asyncio.wait({getting, task}, return_when=asyncio.FIRST_COMPLETED)
-            if not getting.done():
-                getting.cancel()
-                break
-            yield from_output(getting.result())
-        while not queue.empty():
-            yield from_output(queue.get_nowait())
-        result = task.result()
+        result: ExecutionResult | None = None
+        async with contextlib.aclosing(streamed(run)) as items:
+            async for item in items:
+                if isinstance(item, ExecutionResult):
+                    result = item
+                else:
+                    yield from_output(item)
+        assert result is not None  # streamed ends with it, or raises
         code = 0
         if result.error is not None:
             found = _EXIT.search(result.error.evalue)
@@ -218,9 +219,6 @@ async def _started(held: Any, cell: str, release: Any) -> AsyncIterator[bytes]:
         yield _envelope({"event": {"end": end}})
         yield _envelope({}, end=True)
     finally:
-        if not task.done():
-            task.cancel()
-            await asyncio.wait([task])
         release()
 
 
