@@ -134,6 +134,10 @@ def test_without_shared_storage_a_fork_is_made_on_the_kernels_node(
     assert got["refused"][0] == "DiskSpaceError" and "max_bytes" in got["refused"][1], got
     assert got["dirs_after_refusal"] == got["dirs_before"], got
     assert got["dirs_after_close"] == got["dirs_before"], got
+    # Cancelled while the host made it: the host ends the fork's kernel, its folder goes,
+    # and the parent goes on.
+    assert got["abandoned"] == ["CancelledError"], got
+    assert got["dirs_after_abandon"] == got["dirs_before"] and got["after_abandon"] == "41", got
 
 
 def test_without_shared_storage_the_files_api_reaches_the_kernels_folder_on_its_node(
@@ -620,6 +624,22 @@ async def _fork_on_the_node(session: AsyncSession, where: Path) -> dict[str, Any
             if c.cell_type == "markdown"
         ]
     got["dirs_after_close"] = sorted(p.name for p in node_root.iterdir())
+    # A fork its owner stops waiting for (cancelled while the host checkpoints a variable
+    # that takes 3 s to pickle): the kernel the host was making goes too, once made.
+    slow = "import time\nclass Slow:\n    def __reduce__(self):\n        time.sleep(3)\n"
+    await session.execute(slow + "        return (int, (0,))\nslow = Slow()")
+    forking = asyncio.ensure_future(session.fork(where / "fork-abandoned"))
+    await asyncio.sleep(1)
+    forking.cancel()
+    got["abandoned"] = await asyncio.gather(forking, return_exceptions=True)
+    got["abandoned"] = [type(e).__name__ for e in got["abandoned"]]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got["dirs_after_abandon"] = sorted(p.name for p in node_root.iterdir())
+        if got["dirs_after_abandon"] == got["dirs_before"]:
+            break
+        await asyncio.sleep(0.5)
+    got["after_abandon"] = (await session.execute("del slow, Slow\nprint(x)")).stdout.strip()
     return got
 
 

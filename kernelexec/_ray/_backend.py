@@ -268,16 +268,23 @@ class RayBackend:
             child._host = self._host
             child.node = {key: self.node[key] for key in ("node_id", "address", "host_pid")}
             child.node["gpus"] = gpus
-            made = await self._answer(
-                self._host.fork.remote(
-                    self._kernel,
-                    gpus=gpus,
-                    max_bytes=max_bytes,
-                    timeout=timeout,
-                    variable_timeout=variable_timeout,
-                ),
-                2 * timeout + self.startup_timeout + self.lost_after,
-            )
+            child_id = uuid.uuid4().hex
+            try:
+                made = await self._answer(
+                    self._host.fork.remote(
+                        self._kernel,
+                        child_id,
+                        gpus=gpus,
+                        max_bytes=max_bytes,
+                        timeout=timeout,
+                        variable_timeout=variable_timeout,
+                    ),
+                    2 * timeout + self.startup_timeout + self.lost_after,
+                )
+            except asyncio.CancelledError:
+                # Nobody will hold what the host is making: it is shut down once made.
+                self._host.abandon.remote(child_id)
+                raise
         except BaseException:
             child._release()
             raise

@@ -31,6 +31,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -82,6 +83,8 @@ class NodeHost(HostFiles):
         self._kernels: dict[str, LocalBackend] = {}
         self._cwds: dict[str, Path] = {}
         self._specs: dict[str, _Spec] = {}  # how each kernel was started: its forks are so too
+        self._making: set[str] = set()  # forks under way, by the id their owners gave them
+        self._abandoned: set[str] = set()  # ... whose owners stopped waiting
         self._shared: set[str] = set()  # kernels in their owners' work dirs: never removed
         # Kernels started ahead for owners that asked for a pool, by configuration.
         self._ready: dict[str, deque[tuple[str, Path, LocalBackend]]] = {}
@@ -166,6 +169,7 @@ class NodeHost(HostFiles):
     async def fork(
         self,
         kernel_id: str,
+        child_id: str,
         *,
         gpus: list[str] | None,
         max_bytes: int | None,
@@ -176,6 +180,9 @@ class NodeHost(HostFiles):
         holding a copy of its files: what ``start`` says, and the fork's ``files`` (how
         many were copied) and ``left_behind`` (``"name (type): why"`` of each variable
         that could not come).
+
+        ``child_id``: the new kernel's id, the owner's choice (32 hex digits),
+        so that an owner who stops waiting can ``abandon`` it.
 
         ``gpus``: the node's GPUs Ray gave the new session (None: as the
         parent's). ``max_bytes``: what the files, then the variables, may take
@@ -190,10 +197,13 @@ class NodeHost(HostFiles):
         """
         began = time.perf_counter()
         parent, parent_dir = self._kernel(kernel_id), self._cwds[kernel_id]
+        if not re.fullmatch("[0-9a-f]{32}", child_id) or child_id in self._cwds:
+            raise KernelStartError(f"{child_id[:64]!r} is no new kernel id (32 hex digits)")
         spec = self._specs[kernel_id]
         if gpus is not None:
             spec = spec.on_gpus(gpus)
-        child_id, child_dir = self._new_dir()
+        child_dir = self._new_dir(child_id)[1]
+        self._making.add(child_id)
         # The checkpoint's folder: the node's, outside both work dirs, gone once loaded.
         staging = Path(tempfile.mkdtemp(prefix=".fork-", dir=self._root))
         child: LocalBackend | None = None
@@ -222,12 +232,16 @@ class NodeHost(HostFiles):
                 variable_timeout=variable_timeout,
                 files=files,
             )
+            if child_id in self._abandoned:
+                raise KernelStartError("the fork's owner stopped waiting for it")
         except BaseException:
             if child is not None:
                 await child.shutdown(now=True)
             self._remove(child_id, child_dir)
             raise
         finally:
+            self._making.discard(child_id)
+            self._abandoned.discard(child_id)
             await asyncio.to_thread(shutil.rmtree, staging, True)
         self._adopt(child_id, child_dir, child, spec)
         return {
@@ -235,6 +249,14 @@ class NodeHost(HostFiles):
             "files": files,
             "left_behind": [f"{s.name} ({s.type}): {s.reason}" for s in report.skipped],
         }
+
+    async def abandon(self, child_id: str) -> None:
+        """The owner of a fork (``fork``'s ``child_id``) stopped waiting for it: its kernel
+        is shut down now, or once made, so that no kernel is left that nobody holds."""
+        if child_id in self._making:
+            self._abandoned.add(child_id)
+        else:
+            await self.shutdown(child_id)
 
     def _adopt(self, kernel_id: str, cwd: Path, backend: LocalBackend, spec: _Spec) -> None:
         self._kernels[kernel_id] = backend
@@ -268,8 +290,8 @@ class NodeHost(HostFiles):
         """Kernels waiting in this host's pools, every configuration's together."""
         return sum(len(waiting) for waiting in self._ready.values())
 
-    def _new_dir(self) -> tuple[str, Path]:
-        kernel_id = uuid.uuid4().hex
+    def _new_dir(self, kernel_id: str | None = None) -> tuple[str, Path]:
+        kernel_id = kernel_id or uuid.uuid4().hex
         cwd = self._root / kernel_id
         cwd.mkdir(mode=0o700)
         return kernel_id, cwd
