@@ -120,3 +120,35 @@ def test_run_code_timeout_interrupts_and_keeps_state(seen: dict[str, Any]) -> No
     assert "Execution timed out" in timeout["raised"]["message"]
     assert timeout["kept"] == "7" and timeout["error"] is None
     assert timeout["seconds"] < 30  # the 60 s sleep was interrupted, not waited out
+
+
+def test_hostile_bodies_at_the_e2b_door_are_refused_in_words(tmp_path: Path) -> None:
+    # The server alone, on 127.0.0.1 (no SDK, so no namespace is needed). A body nested
+    # too deep was a 500 (RecursionError), on the API and on envd's Connect routes.
+    from _serverproc import TOKEN, ServerProcess
+
+    server = ServerProcess(tmp_path / "work", "--e2b", "--max-body-mb", "1")
+    try:
+        key = {"X-API-KEY": TOKEN}
+        seen = {}
+        for name, body in (
+            ("deep", b"[" * 100_000),
+            ("nan", b'{"timeout": NaN}'),
+            ("big", b'{"metadata": {"a": "' + b"x" * 2_000_000 + b'"}}'),
+        ):
+            answer = server.http.post("/e2b/sandboxes", content=body, headers=key)
+            seen[name] = [answer.status_code, answer.json()["error"]]
+        assert seen == {
+            "deep": [400, "invalid_json"],
+            "nan": [400, "invalid_json"],
+            "big": [413, seen["big"][1]],
+        }, seen
+        made = server.http.post("/e2b/sandboxes", json={}, headers=key).json()["sandboxID"]
+        envd = {"X-Access-Token": TOKEN, "E2b-Sandbox-Id": made}
+        deep = server.http.post(
+            "/e2b/sandbox/filesystem.Filesystem/Stat", content=b"[" * 100_000, headers=envd
+        )
+        assert deep.status_code == 400 and deep.json()["code"] == "invalid_argument", deep.text
+        assert "nested too deep" in deep.json()["message"]
+    finally:
+        server.stop()

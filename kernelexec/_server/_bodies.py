@@ -148,10 +148,16 @@ async def drain(request: Request, limit: int) -> None:
             return
 
 
-async def _json_object(
+async def json_object(
     request: Request, limit: int, held: Reservation | None = None
 ) -> dict[str, Any]:
-    body = b"".join([chunk async for chunk in body_chunks(request, limit, held)])
+    """The request's body, a JSON object of at most ``limit`` bytes (none: ``{}``)."""
+    return loads_object(b"".join([chunk async for chunk in body_chunks(request, limit, held)]))
+
+
+def loads_object(body: bytes) -> dict[str, Any]:
+    """A JSON object read from ``body`` (empty: ``{}``); 400 ``invalid_json`` for anything
+    else: not UTF-8, not JSON, nested too deep, NaN or Infinity, not an object."""
     if not body.strip():
         return {}
     try:
@@ -234,7 +240,7 @@ async def parse_create(
     request: Request, config: ServerConfig, kernel_names: list[str], owner: Tenant
 ) -> CreateRequest:
     """The body of ``POST /sessions``, held to what ``owner`` may ask for (``_allow``)."""
-    data = await _json_object(request, config.max_body)
+    data = await json_object(request, config.max_body)
     _check_fields(data, ("kernel_name", "env", "timeout", "checkpoint", *OPTION_FIELDS))
     kernel_name = _text(data.get("kernel_name", "python3"), "kernel_name")
     if kernel_name not in kernel_names:
@@ -258,7 +264,7 @@ async def parse_create(
 
 async def parse_flags(request: Request, config: ServerConfig, **defaults: bool) -> dict[str, bool]:
     """A body of optional booleans (``{"wait": false}``); an empty body takes the defaults."""
-    data = await _json_object(request, config.max_body)
+    data = await json_object(request, config.max_body)
     _check_fields(data, tuple(defaults))
     flags = dict(defaults)
     for name, value in data.items():
@@ -270,7 +276,7 @@ async def parse_flags(request: Request, config: ServerConfig, **defaults: bool) 
 
 async def parse_fork(request: Request, config: ServerConfig) -> tuple[bool, ForkMethod]:
     """The body of ``POST /sessions/{id}/fork``: ``{"wait", "method"}``, both optional."""
-    data = await _json_object(request, config.max_body)
+    data = await json_object(request, config.max_body)
     _check_fields(data, ("wait", "method"))
     wait = data.get("wait", True)
     if not isinstance(wait, bool):
@@ -289,7 +295,7 @@ async def parse_execute(
     ``held`` is the execution's room in the session's queue: a body longer
     than it holds is added to it as it is read (HTTP 429 past the cap).
     """
-    data = await _json_object(request, config.max_body, held)
+    data = await json_object(request, config.max_body, held)
     _check_fields(data, ("code", "language", "timeout", "stdin"))
     if "code" not in data:
         raise ApiError(400, "invalid_request", "code is required")
@@ -314,7 +320,7 @@ async def parse_start_kernel(
     jupyter_server sends ``{"name", "env"}`` (its gateway client) or ``{"name",
     "path"}``; the rest of a Jupyter body has no meaning here and is ignored.
     """
-    data = await _json_object(request, config.max_body)
+    data = await json_object(request, config.max_body)
     env, path = data.get("env", {}), data.get("path", "")
     if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
         raise ApiError(400, "invalid_request", "env must be an object of strings")

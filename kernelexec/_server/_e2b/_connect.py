@@ -33,6 +33,7 @@ from ..._execution._live import LiveOutput
 from ..._execution._models import ExecutionResult
 from .._access import authorize
 from .._auth import caller
+from .._bodies import loads_object
 from .._errors import ApiError
 from .._registry import Entry
 from ._control import sandboxes_of
@@ -93,12 +94,9 @@ async def _message(request: Request, *, enveloped: bool) -> dict[str, Any]:
             raise FsError("invalid_argument", "compressed messages are not accepted")
         raw = raw[5 : 5 + length]
     try:
-        data = json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        raise FsError("invalid_argument", "the message is not JSON") from None
-    if not isinstance(data, dict):
-        raise FsError("invalid_argument", "the message is not a JSON object")
-    return data
+        return loads_object(raw)
+    except ApiError as exc:
+        raise FsError("invalid_argument", f"the message: {exc.message}") from None
 
 
 def _parts(data: dict[str, Any], field: str = "path") -> list[str]:

@@ -8,7 +8,6 @@ volumes, a network policy, pausing) is refused with 501 naming it.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from typing import Any
@@ -17,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._auth import caller
-from .._bodies import CreateRequest, parse_env
+from .._bodies import CreateRequest, json_object, parse_env
 from .._errors import ApiError, JSONResponse
 from ._errors import not_supported
 from ._sandboxes import DEFAULT_TIMEOUT, MAX_TIMEOUT, Sandboxes
@@ -50,14 +49,9 @@ def _key(request: Request) -> str:
 
 
 async def read_object(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    try:
-        data = json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        raise ApiError(400, "invalid_json", "the body must be a JSON object") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "invalid_json", "the body must be a JSON object")
-    return data
+    """The body, a JSON object held to the server's ``--max-body``, as the server's own
+    routes read theirs."""
+    return await json_object(request, sandboxes_of(request).registry.config.max_body)
 
 
 def _timeout(value: Any, default: int | None) -> int | None:
