@@ -216,13 +216,14 @@ class RayBackend:
         except BaseException:
             self._release()
             raise
+        self._adopt(started, f"the kernel could not be started on its Ray node: {self._lost}")
+
+    def _adopt(self, started: dict[str, Any] | None, failed: str) -> None:
+        """The kernel a host started (or forked) for this backend, as the host described it;
+        None (its node was lost): the resources are let go and ``failed`` is raised."""
         if started is None:
             self._release()
-            raise KernelStartError(f"the kernel could not be started on its Ray node: {self._lost}")
-        self._adopt(started)
-
-    def _adopt(self, started: dict[str, Any]) -> None:
-        """The kernel a host started (or forked) for this backend, as the host described it."""
+            raise KernelStartError(failed)
         self._kernel = started["kernel_id"]
         self.node.update(
             work_dir=started["work_dir"], kernel_pid=started["pid"], pooled=started["pooled"]
@@ -288,10 +289,8 @@ class RayBackend:
         except BaseException:
             child._release()
             raise
-        if made is None:
-            child._release()
-            raise KernelStartError(f"the fork could not be made on the kernel's node: {self._lost}")
-        child._adopt(made)
+        child._adopt(made, f"the fork could not be made on the kernel's node: {self._lost}")
+        assert made is not None
         return child, int(made["files"]), list(made["left_behind"])
 
     async def execute(self, code: str, *, allow_stdin: bool) -> str:

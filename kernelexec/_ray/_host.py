@@ -164,7 +164,7 @@ class NodeHost(HostFiles):
         if pooled:
             self._fill(spec, pool)
         self._adopt(kernel_id, cwd, backend, spec)
-        return self._answer(kernel_id, backend, pooled=ready is not None, began=began)
+        return self._described(kernel_id, backend, pooled=ready is not None, began=began)
 
     async def fork(
         self,
@@ -245,7 +245,7 @@ class NodeHost(HostFiles):
             await asyncio.to_thread(shutil.rmtree, staging, True)
         self._adopt(child_id, child_dir, child, spec)
         return {
-            **self._answer(child_id, child, pooled=False, began=began),
+            **self._described(child_id, child, pooled=False, began=began),
             "files": files,
             "left_behind": [f"{s.name} ({s.type}): {s.reason}" for s in report.skipped],
         }
@@ -263,7 +263,7 @@ class NodeHost(HostFiles):
         self._cwds[kernel_id] = cwd
         self._specs[kernel_id] = spec
 
-    def _answer(
+    def _described(
         self, kernel_id: str, backend: LocalBackend, *, pooled: bool, began: float
     ) -> dict[str, Any]:
         """What ``start`` and ``fork`` say of the kernel they made."""
