@@ -285,7 +285,9 @@ def test_a_tenants_quotas_hold_on_the_cluster_measured_by_the_node(
     got = part(record, "quota")
     assert got["node"] in record["workers"], got
     # Stopped by the quota (measured on the node while the loop ran), not by its timeout.
-    assert got["status"] == "quota_exceeded" and "cpu_seconds_per_hour" in got["message"], got
+    assert got["status"] == "quota_exceeded" and "cpu_seconds_per_hour" in got["message"], (
+        json.dumps(got, indent=1)
+    )
     assert got["again"] == [429, "cpu_seconds_per_hour"], got
     # The work-dir quota counts the kernel's folder on its node (its host sums it): the
     # execution that filled it says so, and an upload is refused.
@@ -938,7 +940,10 @@ async def quota(root: Path, info: ClusterInfo) -> dict[str, Any]:
         got["upload"] = [put.status_code, put.json().get("quota")]
         made = (await asyncio.to_thread(burner.post, "/sessions", json={})).json()["id"]
         clock = time.monotonic()
-        burn = {"code": "while True: pass", "timeout": 60}
+        niceness = {"code": "import os; print(os.nice(0))"}
+        said = await asyncio.to_thread(burner.post, f"/sessions/{made}/execute", json=niceness)
+        got["kernel_niceness"] = said.json().get("stdout", "").strip()
+        burn = {"code": "while True: pass", "timeout": 120}
         result = (
             await asyncio.to_thread(burner.post, f"/sessions/{made}/execute", json=burn)
         ).json()
@@ -954,6 +959,8 @@ async def quota(root: Path, info: ClusterInfo) -> dict[str, Any]:
         burner.close()
         filler.close()
         await asyncio.to_thread(server.stop)
+    if got.get("status") != "quota_exceeded":  # what the server saw, to say why
+        got["log"] = server.log.read_text(errors="replace")[-6000:]
     return got
 
 
