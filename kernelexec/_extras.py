@@ -3,7 +3,8 @@
 ``kernelexec gateway`` needs ``gateway``, ``kernelexec mcp`` needs ``mcp``; the
 AutoGen integration needs ``autogen``, AG2 1.x's ``ag2`` and AG2's classic
 framework's ``ag2-classic`` (their modules add, as a ``note``, which AG2 is
-installed instead), and the Agent Framework's ``agent-framework``. kernelexec
+installed instead), the Agent Framework's ``agent-framework``, and JupyterLab's
+file browser on a server's sessions (``integrations.jupyterlab``) ``lab``. kernelexec
 is not on a package index: the install line names a clone (``pip install -e
 '.[x]'``) or a wheel built from one (``python -m build``).
 """

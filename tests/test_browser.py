@@ -13,8 +13,10 @@ goes to the test's tmp dir and is only checked.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,10 @@ pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent.parent / "test-artifacts"
 SCREENSHOT = Path(__file__).parent.parent / "docs" / "jupyterlab-transcript.png"
+LIVE_SCREENSHOTS = {
+    "watched": Path(__file__).parent.parent / "docs" / "jupyterlab-live.png",
+    "person": Path(__file__).parent.parent / "docs" / "jupyterlab-debugger.png",
+}
 VIEWPORT = {"width": 1200, "height": 800}
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -56,6 +62,10 @@ def _need_browser() -> None:
         for what, ok in (
             ("Debian's chromium at /usr/bin/chromium", os.path.exists(CHROMIUM)),
             ("jupyterlab", importlib.util.find_spec("jupyterlab") is not None),
+            (
+                "jupyter-collaboration (the lab extra's)",
+                importlib.util.find_spec("jupyter_collaboration") is not None,
+            ),
         )
         if not ok
     ]
@@ -176,3 +186,147 @@ def test_a_transcript_with_a_chart_opens_in_jupyterlab(
         picture.convert("RGB").quantize(256, dither=Image.Dither.NONE).save(
             SCREENSHOT, optimize=True
         )
+
+
+# What an agent runs while a person watches its transcript: five cells, one a chart.
+LIVE_CELLS = [
+    "rows = [3, 1, 2]\nprint('cell 1:', rows)",
+    "rows.sort()\nprint('cell 2:', rows)",
+    "import matplotlib.pyplot as plt\n\nplt.figure(figsize=(6, 2.5))\nplt.plot(rows)\n"
+    "plt.title('cell 3')\nplt.show()",
+    "total = sum(rows)\nprint('cell 4:', total)",
+    "print('cell 5:', total * 2)",
+]
+PERSON_CELL = "print('the person sees', total)\nchecked = True"
+PERSON_NOTE = "# a note the person typed in the transcript's tab"
+
+
+def _output(page: Any, text: str) -> Any:
+    return page.locator(".jp-OutputArea-output").filter(has_text=text)
+
+
+def test_the_transcript_is_live_in_jupyterlab_with_the_persons_cells_marked(
+    agent: ServerProcess, lab: LabProcess, browser: Any, tmp_path: Path
+) -> None:
+    """An agent runs cells while a person watches its transcript (and another agent's) and
+    runs a cell of their own on its kernel: each cell appears in the open transcript without
+    a reload, the person's in the order the kernel ran it, marked as theirs."""
+    import nbformat
+    from playwright.sync_api import expect
+
+    watched, other = agent.create(), agent.create()
+    agent.execute(watched, "print('the agent starts')")
+    agent.execute(other, "print('another agent')")
+    opened = subprocess.run(
+        [*lab.attach_args(agent, watched), "--notebook", "person.ipynb"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert opened.returncode == 0, opened.stderr
+    pages = {name: browser.new_page(viewport=VIEWPORT) for name in ("watched", "other", "person")}
+    latencies: list[float] = []
+    try:
+        for name, session in (("watched", watched), ("other", other)):
+            page = pages[name]
+            # A workspace per page: JupyterLab's pages on one workspace share their tabs.
+            where = f"workspaces/{name}/tree/{session}/transcript.ipynb"
+            page.goto(f"{lab.url}/lab/{where}?reset&token={lab.token}")
+            first = "the agent starts" if name == "watched" else "another agent"
+            expect(_output(page, first)).to_be_visible(timeout=120_000)
+            page.evaluate("window.kernelexecNotReloaded = true")
+        person = pages["person"]
+        url = opened.stdout.strip()
+        assert url.startswith(f"{lab.url}/lab/tree/person.ipynb"), url
+        person.goto(url.replace("/lab/tree/", "/lab/workspaces/person/tree/"), timeout=120_000)
+        cell = person.locator(".jp-Notebook .jp-CodeCell").first
+        expect(cell).to_be_visible(timeout=120_000)
+        expect(person.locator("#jp-main-statusbar").get_by_text("Idle")).to_be_visible(
+            timeout=120_000
+        )
+        page = pages["watched"]
+        for number, code in enumerate(LIVE_CELLS, start=1):
+            assert agent.execute(watched, code)["status"] == "ok"
+            # The result comes once its cell is in the file: from here to the page.
+            began = time.monotonic()
+            if number == 3:
+                expect(page.locator(".jp-RenderedImage img").first).to_be_visible(timeout=60_000)
+            else:
+                expect(_output(page, f"cell {number}:")).to_be_visible(timeout=60_000)
+            latencies.append(round(time.monotonic() - began, 2))
+            if number == 4:  # the person runs a cell on the agent's kernel meanwhile
+                cell.locator(".jp-InputArea-editor").click()
+                person.keyboard.type(PERSON_CELL)
+                person.keyboard.press("Shift+Enter")
+                expect(_output(person, "the person sees 6")).to_be_visible(timeout=60_000)
+                began = time.monotonic()
+                expect(_output(page, "the person sees 6")).to_be_visible(timeout=60_000)
+                latencies.append(round(time.monotonic() - began, 2))
+                # Marked as the person's, for a reader of the transcript.
+                mark = page.locator(".jp-MarkdownOutput").filter(has_text="by 'default', attached")
+                expect(mark).to_be_visible(timeout=30_000)
+                # JupyterLab's debugger on the agent's kernel: its variables panel lists
+                # the agent's variables.
+                person.locator(".jp-DebuggerBugButton").click()
+                sidebar = person.locator("#jp-debugger-sidebar")
+                if not sidebar.is_visible():
+                    person.locator('.jp-SideBar [data-id="jp-debugger-sidebar"]').click()
+                variables = sidebar.locator(".jp-DebuggerVariables")
+                expect(variables.get_by_text("total", exact=True)).to_be_visible(timeout=60_000)
+                expect(variables.get_by_text("rows", exact=True)).to_be_visible()
+        # The person types in the transcript's own tab: JupyterLab saves it, and the agent's
+        # next cell is written after it, the person's edit kept (a file someone else saved
+        # is read back, not overwritten).
+        transcript = agent.work_root / watched / "transcript.ipynb"
+        page.locator(".jp-Cell").last.locator(".jp-InputPrompt").click()
+        page.keyboard.press("Escape")
+        page.keyboard.press("b")
+        page.keyboard.press("Enter")
+        page.keyboard.type(PERSON_NOTE)
+        page.keyboard.press("Escape")
+        deadline = time.monotonic() + 60
+        while PERSON_NOTE not in transcript.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert agent.execute(watched, "print('cell 6:', checked)")["status"] == "ok"
+        expect(_output(page, "cell 6: True")).to_be_visible(timeout=60_000)
+        expect(page.locator(".jp-Cell").filter(has_text=PERSON_NOTE)).to_have_count(1)
+        # No reload: the page is the one the cells came into.
+        assert page.evaluate("window.kernelexecNotReloaded") is True
+        assert pages["other"].evaluate("window.kernelexecNotReloaded") is True
+        # One JupyterLab, two agents: each transcript shows its own agent's cells alone.
+        expect(_output(pages["other"], "another agent")).to_be_visible()
+        assert _output(pages["other"], "cell 1:").count() == 0
+        assert _output(page, "another agent").count() == 0
+        image = page.locator(".jp-RenderedImage img").first
+        assert image.evaluate("img => img.complete && img.naturalWidth") > 300
+        page.keyboard.press("Control+b")  # the notebook alone: the file browser folded
+        expect(page.locator("#filebrowser")).to_be_hidden(timeout=30_000)
+        page.locator(".jp-Cell").last.scroll_into_view_if_needed()
+        for name, picture in LIVE_SCREENSHOTS.items():
+            shot = tmp_path / picture.name
+            pages[name].screenshot(path=str(shot))
+            if os.environ.get("KERNELEXEC_UPDATE_SCREENSHOT") == "1":
+                from PIL import Image
+
+                Image.open(shot).convert("RGB").quantize(256, dither=Image.Dither.NONE).save(
+                    picture, optimize=True
+                )
+    finally:
+        ARTIFACTS.mkdir(exist_ok=True)
+        for name, page in pages.items():
+            page.screenshot(path=str(ARTIFACTS / f"live-{name}.png"))
+            page.close()
+    (ARTIFACTS / "live-transcript.json").write_text(json.dumps({"seconds": latencies}))
+    print("seconds from a result to its cell in the open transcript:", latencies)
+    # The file stays the agent's record: valid, every agent cell in order, the person's
+    # where the kernel ran it, marked as theirs; the agent's results never took its output.
+    notebook = nbformat.read(agent.work_root / watched / "transcript.ipynb", as_version=4)
+    nbformat.validate(notebook)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    expected = ["print('the agent starts')", *LIVE_CELLS[:4], PERSON_CELL, LIVE_CELLS[4]]
+    assert [c.source for c in code] == [*expected, PERSON_NOTE, "print('cell 6:', checked)"]
+    marks = [c.metadata.get("kernelexec", {}).get("by") for c in code]
+    assert marks == [None] * 5 + ["attached", None, None, None]
+    assert code[-2].outputs == [] and "kernelexec" not in code[-2].metadata  # typed, not run
+    assert code[5].metadata["kernelexec"]["who"] == "default"
+    assert agent.execute(watched, "print(checked)")["stdout"] == "True\n"

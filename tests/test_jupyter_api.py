@@ -20,6 +20,8 @@ from _labproc import LabProcess
 from _serverproc import ServerProcess, execute_request, free_port, jupyter_message
 from jupyter_client import BlockingKernelClient
 
+from kernelexec import Session
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
@@ -38,7 +40,9 @@ def lab(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iter
     proc.stop()
 
 
-def run_over_websocket(server: ServerProcess, kernel_id: str, code: str) -> tuple[str, str]:
+def run_over_websocket(
+    server: ServerProcess, kernel_id: str, code: str, *, silent: bool = False
+) -> tuple[str, str]:
     """Runs code as JupyterLab would; its stdout, and the reply's status."""
     ws = websocket.create_connection(
         f"ws://127.0.0.1:{server.port}/api/kernels/{kernel_id}/channels",
@@ -47,6 +51,7 @@ def run_over_websocket(server: ServerProcess, kernel_id: str, code: str) -> tupl
     )
     try:
         msg = execute_request(code)
+        msg["content"]["silent"] = silent
         ws.send(json.dumps(msg))
         stdout, status, idle = "", None, False
         while status is None or not idle:
@@ -64,7 +69,9 @@ def run_over_websocket(server: ServerProcess, kernel_id: str, code: str) -> tupl
         ws.close()
 
 
-def test_an_agent_session_is_a_kernel_a_person_can_attach_to(server: ServerProcess) -> None:
+def test_an_agent_session_is_a_kernel_a_person_can_attach_to(
+    server: ServerProcess, tmp_path: Path
+) -> None:
     session_id = server.create()
     server.execute(session_id, "secret_of_the_agent = 1234")
     kernels = server.http.get("/api/kernels", headers={"Authorization": f"token {server.token}"})
@@ -76,10 +83,35 @@ def test_an_agent_session_is_a_kernel_a_person_can_attach_to(server: ServerProce
 
     stdout, status = run_over_websocket(server, session_id, "print(secret_of_the_agent)\nmine = 1")
     assert (stdout, status) == ("1234\n", "ok")
-    # the person's variable is in the agent's kernel, but not in the agent's transcript
-    assert server.execute(session_id, "print(mine)")["stdout"] == "1\n"
+    # A silent request (a frontend's own, completions and the like) is no one's cell.
+    assert run_over_websocket(server, session_id, "unseen = 2", silent=True) == ("", "ok")
+    # The person's variable is in the agent's kernel, and what they ran is in the agent's
+    # transcript, where it ran, marked as theirs: a replay gives the kernel the agent saw.
+    ran = server.execute(session_id, "print(mine)")
+    assert ran["stdout"] == "1\n" and "secret_of_the_agent)" not in ran["text"]
     notebook = nbformat.reads(server.http.get(f"/sessions/{session_id}/notebook").text, 4)
-    assert all("secret_of_the_agent)" not in c.source for c in notebook.cells)
+    nbformat.validate(notebook)
+    cells = [c for c in notebook.cells if c.cell_type == "code"]
+    assert [c.source for c in cells] == [
+        "secret_of_the_agent = 1234",
+        "print(secret_of_the_agent)\nmine = 1",
+        "print(mine)",
+    ]
+    by = [c.metadata["kernelexec"].get("by") for c in cells]
+    assert by == [None, "attached", None]
+    person = cells[1]
+    # A reader of the notebook sees whose it is: the note just before it says so.
+    note = notebook.cells[notebook.cells.index(person) - 1]
+    assert note.cell_type == "markdown" and "by 'default', attached" in note.source
+    assert person.metadata["kernelexec"]["who"] == "default"
+    assert person.metadata["kernelexec"]["status"] == "ok"
+    assert person.outputs[0]["text"] == "1234\n"
+    assert "shell.execute_reply" in person.metadata["execution"]
+    # A replay runs the person's cell where it ran, so the kernel is the one the agent saw.
+    transcript = server.work_root / session_id / "transcript.ipynb"
+    with Session.from_transcript(transcript, tmp_path / "replayed") as replayed:
+        assert replayed.replay_report is not None and replayed.replay_report.ok
+        assert replayed.execute("print(mine)").stdout == "1\n"
 
 
 def test_closing_a_tab_cannot_end_the_agents_kernel(server: ServerProcess) -> None:
@@ -325,3 +357,22 @@ def test_jupyterlab_using_the_server_stops_and_leaves_the_agents_kernel(
         for tab in tabs:
             tab.close()
         gateway_lab.stop()
+
+
+def test_a_flood_in_a_persons_cell_is_capped_in_the_agents_transcript(
+    server: ServerProcess,
+) -> None:
+    """The kernel is the adversary: what it prints for a person's cell lands in the agent's
+    transcript under the session's caps (200,000 stream characters by default), as an
+    agent's would, not whole."""
+    session_id = server.create()
+    flood = "for i in range(300_000): print(i)"  # about 2 MB of text
+    stdout, status = run_over_websocket(server, session_id, flood)
+    assert status == "ok" and len(stdout) > 1_900_000  # the person saw it all, live
+    server.execute(session_id, "1")  # the transcript is written before a result is given
+    transcript = server.work_root / session_id / "transcript.ipynb"
+    notebook = nbformat.read(transcript, as_version=4)
+    (cell,) = [c for c in notebook.cells if c.cell_type == "code" and c.source == flood]
+    kept = "".join(o.get("text", "") for o in cell.outputs)
+    assert len(kept) < 250_000 and "299999\n" in kept, len(kept)
+    assert transcript.stat().st_size < 400_000

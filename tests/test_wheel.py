@@ -52,6 +52,7 @@ EXTRAS = {
     "gateway": ["kernel_gateway", "kernelexec._cli.gateway"],
     "ray": ["ray", "ray.util.placement_group", "kernelexec._ray._host"],
     "e2b": ["multipart", "kernelexec._server._e2b"],
+    "lab": ["jupyter_collaboration", "jupyter_server_ydoc", "kernelexec.integrations.jupyterlab"],
 }
 # Installed only with an extra: a core install that had them would be 40 packages heavier.
 NOT_IN_CORE = {"jupyter-server", "jupyter-kernel-gateway", "nbconvert", "terminado"}

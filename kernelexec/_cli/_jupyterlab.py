@@ -31,9 +31,11 @@ __all__ = ["open_notebook"]
 def _intro(session: str) -> str:
     return (
         f"This notebook runs on the kernel of the agent's kernelexec session `{session}`. "
-        "You see the agent's variables, and the agent sees what you define here; what you "
-        "run here is not in the agent's transcript. Shutting the kernel down here only "
-        "lets go of it: the agent's session keeps it."
+        "You see the agent's variables, and the agent sees what you define here. This "
+        "notebook is yours: what you run here is also recorded in the agent's transcript, "
+        "in the order the kernel ran it, marked as yours (its metadata says "
+        '`"by": "attached"`). Shutting the kernel down here only lets go of it: the '
+        "agent's session keeps it."
     )
 
 

@@ -44,7 +44,7 @@ def add_command(commands: Any) -> None:
         help="open jupyter console (or, with --lab, a JupyterLab notebook) on a session's kernel",
         description="Opens `jupyter console` on the kernel of a session of a running "
         "`kernelexec serve`, through the server, to inspect and debug what the agent is "
-        "doing. What you run there is not recorded in the agent's transcript, and `exit` "
+        "doing. What you run there is recorded in the agent's transcript as yours, and `exit` "
         "leaves the agent's kernel running.",
         epilog="example:\n  kernelexec attach 5d41402abc4b2a76b9719d911017c592 --lab "
         'http://127.0.0.1:8888 --lab-token "$JUPYTER_TOKEN"   # ids: GET /sessions\n',

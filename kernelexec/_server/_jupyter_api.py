@@ -6,9 +6,10 @@ JupyterLab then lists every session's kernel (a kernel's id is its session's
 id) and opens notebooks and consoles on them. The channels WebSocket speaks
 the Jupyter protocol's JSON frames, which is what jupyter_server's gateway
 client uses, and bridges them to the kernel through a ZMQ client of its own:
-a person sees the agent's variables and runs cells in the same kernel, but
-nothing they run enters the agent's transcript, whose reducer only takes
-replies to the agent's own requests.
+a person sees the agent's variables and runs cells in the same kernel. What
+they run is recorded in the agent's transcript as cells of their own, marked
+``"by": "attached"`` (``_attached``); the agent's results never take their
+outputs, its reducer only takes replies to the agent's own requests.
 
 Nothing on the channels ends or replaces a kernel: a ``shutdown_request``
 (a console's ``exit``, or its restart) is answered with an error instead of
@@ -47,6 +48,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .._backends._wire import json_frame, new_message
 from ._access import path_session_id, sees
+from ._attached import AttachedCells
 from ._auth import caller
 from ._bodies import CreateRequest, parse_start_kernel
 from ._errors import ApiError, JSONResponse
@@ -115,9 +117,11 @@ async def kernelspecs(request: Request) -> Response:
                 "language": "python",
                 "interrupt_mode": "signal",
                 "env": {},
-                # How `kernelexec attach --lab` tells a JupyterLab that uses this
-                # server as its gateway from one with kernels of its own.
-                "metadata": {"kernelexec": True},
+                # kernelexec: how `kernelexec attach --lab` tells a JupyterLab that uses
+                # this server as its gateway from one with kernels of its own. debugger:
+                # JupyterLab offers its debugger only for a spec that says so (ipykernel's
+                # own does; its debugpy comes with it).
+                "metadata": {"kernelexec": True, "debugger": True},
             },
             "resources": {},
         }
@@ -275,6 +279,7 @@ async def _bridge(
     websocket: WebSocket, client: AsyncKernelClient, entry: Entry, ours: set[str]
 ) -> None:
     sockets = {name: getattr(client, f"{name}_channel").socket for name in _CHANNELS}
+    record = AttachedCells(entry, caller(websocket).tenant.name)
 
     async def to_kernel() -> None:
         while True:
@@ -294,6 +299,7 @@ async def _bridge(
                 client.session.send(sockets[channel], msg)
             except (KeyError, TypeError, ValueError, zmq.ZMQError):
                 continue  # a message the session cannot sign and send: dropped
+            record.sent(channel, msg)
 
     async def to_browser() -> None:
         poller = zmq.asyncio.Poller()
@@ -318,6 +324,7 @@ async def _bridge(
                     continue  # unsigned or malformed: the kernel's to send, not ours to pass on
                 if msg["parent_header"].get("msg_id") in ours:
                     continue
+                record.heard(msg)
                 await websocket.send_text(json_frame(channel, msg))
 
     # After its handshake, a socket's disconnection is the kernel breaking it.
@@ -332,6 +339,7 @@ async def _bridge(
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+        record.close()
         for socket in sockets.values():
             socket.disable_monitor()
         for monitor in monitors:
@@ -342,7 +350,7 @@ _KERNEL = "/api/kernels/{kernel_id}"
 
 
 # Attaching is its own scope: a person (or a JupyterLab) gets a live console on
-# the kernel, with no execution recorded in the agent's transcript or results.
+# the kernel; what they run is in the agent's transcript, marked, never in its results.
 JUPYTER_ROUTES: list[BaseRoute] = [
     route("/api/kernelspecs", GET=(kernelspecs, "attach")),
     route("/api/kernels", GET=(list_kernels, "attach"), POST=(start_kernel, "attach")),

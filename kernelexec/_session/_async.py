@@ -479,6 +479,12 @@ class AsyncSession:
         blocks = extract_code_blocks(text, strict=strict)
         return [outcome async for outcome in run_blocks(blocks, execute)]
 
+    def _record_cell(self, cell: dict[str, Any]) -> None:
+        """Adds to the transcript a cell this session's executions did not make: code a
+        person ran on its kernel through the server's Jupyter channels (``_attached``)."""
+        if not self._closed:
+            self._transcript.add(cell)
+
     async def interrupt(self) -> None:
         """Interrupts whatever the kernel is running (a KeyboardInterrupt)."""
         self._check_open()

@@ -1,0 +1,112 @@
+"""What a person runs on an agent's kernel through the Jupyter channels, in its transcript.
+
+A person attached with JupyterLab (``kernelexec attach --lab``) or a console
+runs code in the agent's kernel: it changes the agent's variables, so the
+agent's record must hold it, or a replay of the transcript would not give the
+kernel the agent saw. Each ``execute_request`` the channels carry becomes a
+code cell of the transcript, in the order the kernel ran it, marked as not the
+agent's: its ``kernelexec`` metadata says ``"by": "attached"`` and who sent it
+(the tenant: ``"default"`` on a server with one token), its timing metadata
+when; a markdown note before it says so to a reader. The cell's
+outputs are folded by the same reducer as the agent's, under the session's
+caps; they are not saved as files (the person saw them live).
+
+Only what the kernel ran is recorded: a ``silent`` request, one with no code,
+and the bridge's own requests are not. A request whose reply never comes
+(the person closed the tab first, the kernel died) is recorded with what came,
+its status ``"detached"``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .._execution._reducer import ExecutionReducer
+from .._session._transcript import code_cell, note_cell
+from ._registry import Entry
+
+__all__ = ["AttachedCells"]
+
+
+@dataclass
+class _Running:
+    code: str
+    started: float
+    reducer: ExecutionReducer
+
+
+class AttachedCells:
+    """The bridge's record of the executions a person sends; one per WebSocket.
+
+    Args:
+        entry: the session whose kernel the WebSocket is bridged to.
+        who: the tenant's name (``"default"`` on a server with one token).
+    """
+
+    def __init__(self, entry: Entry, who: str) -> None:
+        self.entry = entry
+        self.who = who
+        self._running: dict[str, _Running] = {}
+
+    def sent(self, channel: str, msg: dict[str, Any]) -> None:
+        """A request the bridge sent on to the kernel."""
+        header, content = msg.get("header"), msg.get("content")
+        if channel != "shell" or not isinstance(header, dict) or not isinstance(content, dict):
+            return
+        code, msg_id = content.get("code"), header.get("msg_id")
+        if header.get("msg_type") != "execute_request" or not isinstance(msg_id, str):
+            return
+        if not isinstance(code, str) or not code.strip() or content.get("silent"):
+            return
+        reducer = ExecutionReducer(msg_id, limits=self.entry.session.limits)
+        self._running[msg_id] = _Running(code, time.time(), reducer)
+
+    def heard(self, msg: dict[str, Any]) -> None:
+        """A message from the kernel; a finished execution becomes a cell."""
+        parent = msg.get("parent_header")
+        msg_id = parent.get("msg_id") if isinstance(parent, dict) else None
+        running = self._running.get(msg_id) if isinstance(msg_id, str) else None
+        if running is None:
+            return
+        running.reducer.feed(msg)
+        if running.reducer.done:
+            del self._running[running.reducer.msg_id]
+            self._record(running, "ok")
+
+    def close(self) -> None:
+        """The WebSocket closed: what is still running is recorded with what came."""
+        running, self._running = list(self._running.values()), {}
+        for execution in running:
+            self._record(execution, "detached")
+
+    def _record(self, running: _Running, status: str) -> None:
+        folded = running.reducer.finish()
+        if status == "ok" and folded.error is not None:
+            status = "error"
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(running.started))
+        self.entry.session._record_cell(
+            note_cell(
+                f"*kernelexec: the next cell was run at {when} by {self.who!r}, attached "
+                "through the Jupyter channels, not by the agent.*",
+                kernelexec={"attached": self.who},
+            )
+        )
+        self.entry.session._record_cell(
+            code_cell(
+                running.code,
+                folded.outputs,
+                execution_count=folded.execution_count,
+                started=running.started,
+                finished=time.time(),
+                failed=status != "ok",
+                usage=folded.usage,
+                kernelexec={
+                    "status": status,
+                    "language": "python",
+                    "by": "attached",
+                    "who": self.who,
+                },
+            )
+        )
