@@ -34,7 +34,15 @@ COMMANDS = (
     "--work-dir demo",
     "python -m pip install -e '.[test]' && python -m pytest -n 4",
 )
-INTEGRATIONS = ("autogen", "ag2_code", "ag2", "ag2_tools", "ag2_beta", "agent_framework")
+INTEGRATIONS = (
+    "autogen",
+    "ag2_code",
+    "ag2",
+    "ag2_tools",
+    "ag2_beta",
+    "agent_framework",
+    "jupyterlab",
+)
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
