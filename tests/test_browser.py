@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,9 +89,15 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server.stop()
 
 
+# A transcript JupyterLab opens gets its session's kernel, not a new session.
+TRANSCRIPT_SESSIONS = (
+    "--ServerApp.session_manager_class=kernelexec.integrations.jupyterlab.TranscriptSessions",
+)
+
+
 @pytest.fixture(scope="module")
 def lab(agent: ServerProcess) -> Iterator[LabProcess]:
-    proc = LabProcess(agent.work_root, agent)
+    proc = LabProcess(agent.work_root, agent, TRANSCRIPT_SESSIONS)
     yield proc
     proc.stop()
 
@@ -217,6 +224,7 @@ def test_the_transcript_is_live_in_jupyterlab_with_the_persons_cells_marked(
     watched, other = agent.create(), agent.create()
     agent.execute(watched, "print('the agent starts')")
     agent.execute(other, "print('another agent')")
+    sessions_before = {s["id"] for s in agent.http.get("/sessions").json()["sessions"]}
     opened = subprocess.run(
         [*lab.attach_args(agent, watched), "--notebook", "person.ipynb"],
         capture_output=True,
@@ -290,6 +298,11 @@ def test_the_transcript_is_live_in_jupyterlab_with_the_persons_cells_marked(
         assert agent.execute(watched, "print('cell 6:', checked)")["status"] == "ok"
         expect(_output(page, "cell 6: True")).to_be_visible(timeout=60_000)
         expect(page.locator(".jp-Cell").filter(has_text=PERSON_NOTE)).to_have_count(1)
+        # Watching cost no session: each transcript's tab is on its own agent's kernel.
+        sessions_now = {s["id"] for s in agent.http.get("/sessions").json()["sessions"]}
+        assert sessions_now == sessions_before, sessions_now - sessions_before
+        tabs = {t["path"].split("/")[0]: t["kernel"]["id"] for t in lab.sessions()}
+        assert {tabs[watched], tabs[other]} == {str(uuid.UUID(hex=i)) for i in (watched, other)}
         # No reload: the page is the one the cells came into.
         assert page.evaluate("window.kernelexecNotReloaded") is True
         assert pages["other"].evaluate("window.kernelexecNotReloaded") is True

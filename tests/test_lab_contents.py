@@ -22,6 +22,7 @@ from test_tenants_server import client, tenants_server
 
 CONTENTS = "kernelexec.integrations.jupyterlab.SessionsContents"
 FILE_IDS = "jupyter_server_fileid.manager.ArbitraryFileIdManager"
+SESSIONS = "kernelexec.integrations.jupyterlab.TranscriptSessions"
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,7 @@ def lab(
         f"--GatewayClient.auth_token={tokens['alice']}",
         f"--ServerApp.contents_manager_class={CONTENTS}",
         f"--FileIdExtension.file_id_manager_class={FILE_IDS}",
+        f"--ServerApp.session_manager_class={SESSIONS}",
     )
     proc = LabProcess(tmp_path_factory.mktemp("alices-lab") / "root", None, argv)
     yield proc
@@ -86,6 +88,27 @@ def test_the_file_browser_holds_the_tenants_sessions_alone(
         assert lab.http.delete(f"/api/contents/{mine}/transcript.ipynb").status_code == 403
         new = lab.http.post("/api/contents/", json={"type": "notebook"})
         assert new.status_code in (403, 405), new.text
+        # A session JupyterLab opens on a transcript gets that session's kernel, and only
+        # the tenant's: Bob's id under a path of Alice's is no kernel of hers.
+        opened = lab.http.post(
+            "/api/sessions",
+            json={
+                "path": f"{mine}/transcript.ipynb",
+                "type": "notebook",
+                "kernel": {"name": "python3"},
+            },
+        ).json()
+        assert opened["kernel"]["id"].replace("-", "") == mine, opened
+        assert len(alice.get("/sessions").json()["sessions"]) == 1
+        other = lab.http.post(
+            "/api/sessions",
+            json={
+                "path": f"{theirs}/transcript.ipynb",
+                "type": "notebook",
+                "kernel": {"name": "python3"},
+            },
+        ).json()
+        assert other["kernel"]["id"].replace("-", "") not in (mine, theirs), other
     finally:
         alice.close()
         bob.close()
@@ -101,6 +124,7 @@ def test_a_transcript_opened_from_the_server_follows_its_agent_live(
     try:
         session = alice.post("/sessions", json={}).json()["id"]
         alice.post(f"/sessions/{session}/execute", json={"code": "print('first cell')"})
+        watched_before = len(alice.get("/sessions").json()["sessions"])
         with sync_playwright() as p:
             chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = chromium.new_page(viewport=VIEWPORT)
@@ -118,6 +142,11 @@ def test_a_transcript_opened_from_the_server_follows_its_agent_live(
                     seconds.append(round(time.monotonic() - began, 2))
                 assert page.evaluate("window.kernelexecNotReloaded") is True
                 print("seconds from a result to its cell, through the server:", seconds)
+                # Watching cost no session: the tab is on the agent's own kernel.
+                ids = [s["id"] for s in alice.get("/sessions").json()["sessions"]]
+                assert ids.count(session) == 1 and len(ids) == watched_before, lab.sessions()
+                (tab,) = [t for t in lab.sessions() if t["path"].startswith(session)]
+                assert tab["kernel"]["id"].replace("-", "") == session, tab
             finally:
                 page.screenshot(path=str(Path(lab.root).parent / "lab-contents.png"))
                 chromium.close()

@@ -4,8 +4,9 @@ A JupyterLab whose kernels are a ``kernelexec serve``'s (``--GatewayClient.url``
 can also take its contents from it::
 
     jupyter lab --GatewayClient.url=http://127.0.0.1:8765 --GatewayClient.auth_token=$TOKEN \\
-      --ServerApp.contents_manager_class=kernelexec.integrations.jupyterlab.SessionsContents \\
-      --FileIdExtension.file_id_manager_class=jupyter_server_fileid.manager.ArbitraryFileIdManager
+    --ServerApp.contents_manager_class=kernelexec.integrations.jupyterlab.SessionsContents \\
+    --FileIdExtension.file_id_manager_class=jupyter_server_fileid.manager.ArbitraryFileIdManager \\
+    --ServerApp.session_manager_class=kernelexec.integrations.jupyterlab.TranscriptSessions
 
 The file browser then holds one folder per live session the token's tenant
 sees (``GET /sessions``), each with the session's ``transcript.ipynb``, read
@@ -16,17 +17,28 @@ transcript follows the agent live, as a file does: the collaboration polls
 ``get(content=False)`` each second, whose ``last_modified`` moves whenever the
 transcript's size or time does (``HEAD`` of it through the server).
 
-It is read-only: the transcripts are the agents' records, written by
-kernelexec; a person's cells belong in their own notebook (``kernelexec attach
---lab``, whose JupyterLab is one with a root dir of its own). The file ID
-manager must be ``ArbitraryFileIdManager``, which keeps ids without looking
-for the paths on this machine's disk.
+``TranscriptSessions`` opens a session's transcript on that session's own
+kernel, as ``attach --lab`` opens its notebook, where JupyterLab would start a
+new kernel for it: a new session of the server, counted against its sessions
+and the tenant's quota, for every transcript a person opens to watch. On the
+agent's kernel, the tab shows the kernel busy while the agent runs, and its
+debugger panel the agent's variables; a cell run there is the person's,
+recorded in the transcript as such (``_server/_attached.py``).
+
+``SessionsContents`` is read-only: the transcripts are the agents' records,
+written by kernelexec, and nothing a person types in one is saved (a cell they
+run is recorded, as above). Their own notebooks belong in a JupyterLab with a
+root dir of its own (``kernelexec attach --lab``). The file ID manager must be
+``ArbitraryFileIdManager``, which keeps ids without looking for the paths on
+this machine's disk.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import re
+import uuid
 from typing import Any
 
 from .._extras import missing_extra
@@ -34,7 +46,8 @@ from .._extras import missing_extra
 try:
     import httpx
     import nbformat
-    from jupyter_server.gateway.gateway_client import GatewayClient
+    from jupyter_server.gateway.gateway_client import GatewayClient, gateway_request
+    from jupyter_server.gateway.managers import GatewaySessionManager
     from jupyter_server.services.contents.checkpoints import AsyncCheckpoints
     from jupyter_server.services.contents.manager import AsyncContentsManager
     from tornado.web import HTTPError
@@ -42,9 +55,12 @@ try:
 except ImportError as exc:  # pragma: no cover - the lab extra is missing
     raise missing_extra("kernelexec.integrations.jupyterlab", "lab", exc) from exc
 
-__all__ = ["SessionsContents"]
+__all__ = ["SessionsContents", "TranscriptSessions"]
 
 TRANSCRIPT = "transcript.ipynb"
+# A notebook in a session's folder (of the root dir, or of a drive's: "RTC:"). JupyterLab
+# may name a new session's path "<folder>/<a uuid>", the notebook's name apart.
+_IN_A_SESSION = re.compile(r"(?:.*[/:])?([0-9a-f]{32})/([^/]+)")
 _READ_ONLY = (
     "kernelexec's sessions are read-only here: a transcript is its agent's record, written by "
     "kernelexec; write your own cells in a notebook of your own (kernelexec attach --lab)"
@@ -299,3 +315,36 @@ class SessionsContents(AsyncContentsManager):
 
     async def rename_file(self, old_path: str, new_path: str) -> None:
         raise HTTPError(403, _READ_ONLY)
+
+
+class TranscriptSessions(GatewaySessionManager):
+    """JupyterLab's sessions, a session's transcript opened on that session's kernel.
+
+    A notebook at ``.../<session id>/transcript.ipynb`` (in a JupyterLab rooted in
+    the work root, or in ``SessionsContents``) gets the kernel of the session
+    whose id is its folder's, which the gateway already runs, instead of a new
+    one; any other notebook gets what it asks for.
+    """
+
+    async def create_session(
+        self,
+        path: str | None = None,
+        name: Any = None,
+        type: str | None = None,
+        kernel_name: Any = None,
+        kernel_id: str | None = None,
+    ) -> dict[str, Any]:
+        found = _IN_A_SESSION.fullmatch(path or "")
+        if found is not None and TRANSCRIPT not in (found.group(2), name):
+            found = None
+        if found is not None and kernel_id is None:
+            agent = str(uuid.UUID(hex=found.group(1)))
+            # Asked of the server, whose answer is the token's tenant's: a 404 for a
+            # session that is gone, or another tenant's (then the notebook gets a new one).
+            try:
+                await gateway_request(f"{self.kernel_manager.kernels_url}/{agent}", method="GET")
+            except (HTTPError, OSError):
+                pass
+            else:
+                kernel_id = agent
+        return await super().create_session(path, name, type, kernel_name, kernel_id)
