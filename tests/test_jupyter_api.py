@@ -376,3 +376,60 @@ def test_a_flood_in_a_persons_cell_is_capped_in_the_agents_transcript(
     kept = "".join(o.get("text", "") for o in cell.outputs)
     assert len(kept) < 250_000 and "299999\n" in kept, len(kept)
     assert transcript.stat().st_size < 400_000
+
+
+def test_a_connection_flooding_the_kernel_with_executions_is_refused_past_a_bound(
+    server: ServerProcess,
+) -> None:
+    """Each execution waiting for its reply is held by the bridge, to be recorded: past
+    MAX_WAITING of them one more is refused at once with an error reply, not sent on."""
+    from kernelexec._server._attached import MAX_WAITING
+
+    session_id = server.create()
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{server.port}/api/kernels/{session_id}/channels",
+        header=[f"Authorization: token {server.token}"],
+        timeout=60,
+    )
+    try:
+        busy = execute_request("import time; time.sleep(60)")
+        ws.send(json.dumps(busy))
+        queued = [execute_request(f"n = {i}") for i in range(MAX_WAITING)]
+        for msg in queued:
+            ws.send(json.dumps(msg))
+        refused_id = queued[-1]["header"]["msg_id"]  # the one past the bound
+        while True:
+            reply = json.loads(ws.recv())
+            if reply["parent_header"].get("msg_id") == refused_id:
+                break
+        assert reply["msg_type"] == "execute_reply", reply
+        assert reply["content"]["ename"] == "TooManyWaiting", reply
+        assert f"{MAX_WAITING:,} executions" in reply["content"]["evalue"]
+        # The kernel is interrupted: the sleep stops, and what was queued behind it is
+        # aborted (ipykernel's way); the connection works on.
+        assert server.http.post(f"/api/kernels/{session_id}/interrupt").status_code == 204
+        last_sent = queued[-2]["header"]["msg_id"]
+        while True:
+            reply = json.loads(ws.recv())
+            if reply["msg_type"] == "execute_reply":
+                if reply["parent_header"].get("msg_id") == last_sent:
+                    break
+    finally:
+        ws.close()
+    # ipykernel aborts what reaches it while it drops the queue; then the next one runs.
+    for _ in range(60):
+        stdout, status = run_over_websocket(server, session_id, "print('after')")
+        if status != "aborted":
+            break
+    assert (stdout, status) == ("after\n", "ok")
+    # (The server's notebook route waits for the transcript's writes.)
+    notebook = nbformat.reads(server.http.get(f"/sessions/{session_id}/notebook").text, 4)
+    statuses = [
+        c.metadata["kernelexec"]["status"]
+        for c in notebook.cells
+        if c.cell_type == "code" and c.metadata.get("kernelexec", {}).get("by") == "attached"
+    ]
+    assert f"n = {MAX_WAITING - 1}" not in [c.source for c in notebook.cells]  # never sent
+    # The sleep, interrupted (an error), and the last; the queued ones never ran (the
+    # kernel aborted them), so they are no cells.
+    assert statuses == ["error", "ok"], statuses

@@ -12,9 +12,15 @@ outputs are folded by the same reducer as the agent's, under the session's
 caps; they are not saved as files (the person saw them live).
 
 Only what the kernel ran is recorded: a ``silent`` request, one with no code,
-and the bridge's own requests are not. A request whose reply never comes
+one the kernel aborted (queued behind an error), and the bridge's own
+requests are not. A request whose reply never comes
 (the person closed the tab first, the kernel died) is recorded with what came,
 its status ``"detached"``.
+
+Each execution waiting for its reply holds a reducer here, so a connection may
+have at most ``MAX_WAITING`` of them: one more is refused with an error reply,
+never sent on, rather than run unrecorded (a client that floods the kernel
+with requests would otherwise grow the server's memory without bound).
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from .._execution._reducer import ExecutionReducer
 from .._session._transcript import code_cell, note_cell
 from ._registry import Entry
 
-__all__ = ["AttachedCells"]
+__all__ = ["MAX_WAITING", "AttachedCells"]
+
+MAX_WAITING = 1_000  # a connection's executions sent on and not yet replied to
 
 
 @dataclass
@@ -50,18 +58,44 @@ class AttachedCells:
         self.who = who
         self._running: dict[str, _Running] = {}
 
+    def refusal(self, channel: str, msg: dict[str, Any]) -> dict[str, Any] | None:
+        """The content of the error reply to an execution past ``MAX_WAITING``; None to
+        send the request on."""
+        if self._execution(channel, msg) is None or len(self._running) < MAX_WAITING:
+            return None
+        evalue = (
+            f"kernelexec: {MAX_WAITING:,} executions of this connection are waiting for the "
+            "kernel; this one was not sent (wait for them, or interrupt the kernel)"
+        )
+        return {
+            "status": "error",
+            "ename": "TooManyWaiting",
+            "evalue": evalue,
+            "traceback": [evalue],
+            "execution_count": None,
+        }
+
     def sent(self, channel: str, msg: dict[str, Any]) -> None:
         """A request the bridge sent on to the kernel."""
-        header, content = msg.get("header"), msg.get("content")
-        if channel != "shell" or not isinstance(header, dict) or not isinstance(content, dict):
+        found = self._execution(channel, msg)
+        if found is None:
             return
-        code, msg_id = content.get("code"), header.get("msg_id")
-        if header.get("msg_type") != "execute_request" or not isinstance(msg_id, str):
-            return
-        if not isinstance(code, str) or not code.strip() or content.get("silent"):
-            return
+        msg_id, code = found
         reducer = ExecutionReducer(msg_id, limits=self.entry.session.limits)
         self._running[msg_id] = _Running(code, time.time(), reducer)
+
+    @staticmethod
+    def _execution(channel: str, msg: dict[str, Any]) -> tuple[str, str] | None:
+        """The msg_id and code of a request that runs code to record; None for others."""
+        header, content = msg.get("header"), msg.get("content")
+        if channel != "shell" or not isinstance(header, dict) or not isinstance(content, dict):
+            return None
+        code, msg_id = content.get("code"), header.get("msg_id")
+        if header.get("msg_type") != "execute_request" or not isinstance(msg_id, str):
+            return None
+        if not isinstance(code, str) or not code.strip() or content.get("silent"):
+            return None
+        return msg_id, code
 
     def heard(self, msg: dict[str, Any]) -> None:
         """A message from the kernel; a finished execution becomes a cell."""
@@ -70,9 +104,14 @@ class AttachedCells:
         running = self._running.get(msg_id) if isinstance(msg_id, str) else None
         if running is None:
             return
-        running.reducer.feed(msg)
-        if running.reducer.done:
-            del self._running[running.reducer.msg_id]
+        reducer = running.reducer
+        reducer.feed(msg)
+        # An aborted request never ran (the kernel drops what was queued behind an error):
+        # its reply is all that comes of it, and it is no cell.
+        if reducer.replied and reducer.error is not None and reducer.error.ename == "Aborted":
+            del self._running[reducer.msg_id]
+        elif reducer.done:
+            del self._running[reducer.msg_id]
             self._record(running, "ok")
 
     def close(self) -> None:

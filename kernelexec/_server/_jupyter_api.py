@@ -295,6 +295,13 @@ async def _bridge(
                 refusal = _refuse_shutdown(msg, client.session.session)
                 await websocket.send_text(json_frame(channel, refusal))
                 continue
+            refused = record.refusal(channel, msg)
+            if refused is not None:
+                reply = new_message(
+                    "execute_reply", refused, session=client.session.session, parent=msg["header"]
+                )
+                await websocket.send_text(json_frame(channel, reply))
+                continue
             try:
                 client.session.send(sockets[channel], msg)
             except (KeyError, TypeError, ValueError, zmq.ZMQError):
