@@ -430,6 +430,27 @@ def test_a_connection_flooding_the_kernel_with_executions_is_refused_past_a_boun
         if c.cell_type == "code" and c.metadata.get("kernelexec", {}).get("by") == "attached"
     ]
     assert f"n = {MAX_WAITING - 1}" not in [c.source for c in notebook.cells]  # never sent
-    # The sleep, interrupted (an error), and the last; the queued ones never ran (the
-    # kernel aborted them), so they are no cells.
-    assert statuses == ["error", "ok"], statuses
+    # The sleep, interrupted (an error); the queued ones, which the kernel aborted (and the
+    # tries it aborted while it dropped them), marked so (each recorded as its reply came,
+    # some before the sleep's end); the last, ok.
+    assert statuses[-1] == "ok" and statuses.count("error") == 1, statuses[-3:]
+    aborted = statuses.count("aborted")
+    assert aborted == len(statuses) - 2 and aborted >= MAX_WAITING - 1, aborted
+
+
+def test_a_kernel_cannot_hide_a_persons_cell_by_forging_its_reply(server: ServerProcess) -> None:
+    """The kernel is the adversary: code in it publishes an "aborted" reply to the person's
+    request, which would say the cell never ran. It is recorded all the same, marked."""
+    session_id = server.create()
+    forge = (
+        "k = get_ipython().kernel\n"
+        "k.session.send(k.iopub_socket, 'execute_reply', {'status': 'aborted'}, "
+        "parent=k.get_parent())\n"
+        "hidden = 'ran all the same'"
+    )
+    run_over_websocket(server, session_id, forge)
+    assert server.execute(session_id, "print(hidden)")["stdout"] == "ran all the same\n"
+    notebook = nbformat.reads(server.http.get(f"/sessions/{session_id}/notebook").text, 4)
+    (cell,) = [c for c in notebook.cells if c.cell_type == "code" and c.source == forge]
+    assert cell.metadata["kernelexec"]["by"] == "attached", cell.metadata
+    assert cell.metadata["kernelexec"]["status"] == "aborted", cell.metadata

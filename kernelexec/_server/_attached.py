@@ -11,9 +11,10 @@ when; a markdown note before it says so to a reader. The cell's
 outputs are folded by the same reducer as the agent's, under the session's
 caps; they are not saved as files (the person saw them live).
 
-Only what the kernel ran is recorded: a ``silent`` request, one with no code,
-one the kernel aborted (queued behind an error), and the bridge's own
-requests are not. A request whose reply never comes
+Only code sent to run is recorded: a ``silent`` request, one with no code,
+and the bridge's own requests are not. One the kernel says it aborted (queued
+behind an error) is recorded with ``"status": "aborted"``, which a replay
+skips: the kernel's word is not taken to leave a cell out. A request whose reply never comes
 (the person closed the tab first, the kernel died) is recorded with what came,
 its status ``"detached"``.
 
@@ -106,13 +107,13 @@ class AttachedCells:
             return
         reducer = running.reducer
         reducer.feed(msg)
-        # An aborted request never ran (the kernel drops what was queued behind an error):
-        # its reply is all that comes of it, and it is no cell.
-        if reducer.replied and reducer.error is not None and reducer.error.ename == "Aborted":
+        # An aborted request's reply is all that comes of it: no busy, no idle. It is
+        # recorded all the same, marked: the reply may be the kernel's forgery, to hide a
+        # person's cell that did run.
+        aborted = reducer.replied and reducer.error is not None and reducer.error.ename == "Aborted"
+        if reducer.done or aborted:
             del self._running[reducer.msg_id]
-        elif reducer.done:
-            del self._running[reducer.msg_id]
-            self._record(running, "ok")
+            self._record(running, "aborted" if aborted else "ok")
 
     def close(self) -> None:
         """The WebSocket closed: what is still running is recorded with what came."""
