@@ -112,9 +112,19 @@ class Person:
         return dict(msg["content"])
 
     def reply(self, msg_id: str) -> dict[str, Any]:
+        """The execution's reply, once its outputs are all in too: they come on IOPub,
+        which may trail the reply on the shell channel, and end with its idle status."""
         msg = self.wait(
             lambda m: m["msg_type"] == "execute_reply" and m["parent_header"]["msg_id"] == msg_id
         )
+        idle = self.wait(
+            lambda m: (
+                m["msg_type"] == "status"
+                and m["parent_header"].get("msg_id") == msg_id
+                and m["content"].get("execution_state") == "idle"
+            )
+        )
+        self.heard.append(idle)  # kept with the outputs, for what reads them
         return dict(msg["content"])
 
     def stdout(self, msg_id: str) -> str:
