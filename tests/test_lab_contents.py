@@ -88,26 +88,19 @@ def test_the_file_browser_holds_the_tenants_sessions_alone(
         assert lab.http.delete(f"/api/contents/{mine}/transcript.ipynb").status_code == 403
         new = lab.http.post("/api/contents/", json={"type": "notebook"})
         assert new.status_code in (403, 405), new.text
+
         # A session JupyterLab opens on a transcript gets that session's kernel, and only
         # the tenant's: Bob's id under a path of Alice's is no kernel of hers.
-        opened = lab.http.post(
-            "/api/sessions",
-            json={
-                "path": f"{mine}/transcript.ipynb",
-                "type": "notebook",
-                "kernel": {"name": "python3"},
-            },
-        ).json()
+        def open_transcript(session_id: str) -> dict[str, Any]:
+            body = {"path": f"{session_id}/transcript.ipynb", "type": "notebook"}
+            body["kernel"] = {"name": "python3"}
+            opened: dict[str, Any] = lab.http.post("/api/sessions", json=body).json()
+            return opened
+
+        opened = open_transcript(mine)
         assert opened["kernel"]["id"].replace("-", "") == mine, opened
         assert len(alice.get("/sessions").json()["sessions"]) == 1
-        other = lab.http.post(
-            "/api/sessions",
-            json={
-                "path": f"{theirs}/transcript.ipynb",
-                "type": "notebook",
-                "kernel": {"name": "python3"},
-            },
-        ).json()
+        other = open_transcript(theirs)
         assert other["kernel"]["id"].replace("-", "") not in (mine, theirs), other
     finally:
         alice.close()

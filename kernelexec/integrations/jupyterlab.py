@@ -282,22 +282,16 @@ class SessionsContents(AsyncContentsManager):
 
     async def dir_exists(self, path: str) -> bool:
         parts = self._split(path)
-        if not parts:
-            return True
-        if len(parts) != 1:
-            return False
-        try:
-            await self._session(parts[0])
-        except HTTPError:
-            return False
-        return True
+        return not parts or (len(parts) == 1 and await self._live(parts[0]))
 
     async def file_exists(self, path: str = "") -> bool:
         parts = self._split(path)
-        if len(parts) != 2 or parts[1] != TRANSCRIPT:
-            return False
+        return len(parts) == 2 and parts[1] == TRANSCRIPT and await self._live(parts[0])
+
+    async def _live(self, session_id: str) -> bool:
+        """Whether the server has that session for this token's tenant."""
         try:
-            await self._session(parts[0])
+            await self._session(session_id)
         except HTTPError:
             return False
         return True
