@@ -98,6 +98,23 @@ async def test_fd_output_keeps_its_place_between_prints_and_displays(
     assert fidelity.normalize(result.outputs) == expected
 
 
+async def test_the_processs_own_fd_writes_keep_their_place_in_a_flood_of_prints(
+    session: AsyncSession,
+) -> None:
+    # A print asks the pipe first (one poll), and takes what it holds; the
+    # watcher thread may read the same text at the same moment, and a print
+    # must then wait for it to be appended rather than overtake it.
+    result = await session.execute(
+        "import os\n"
+        "for i in range(3000):\n"
+        "    print('py', i)\n"
+        "    os.write(1, f'fd {i}\\n'.encode())\n"
+    )
+    assert result.ok, result.text
+    expected = "".join(f"py {i}\nfd {i}\n" for i in range(3000))
+    assert "".join(o["text"] for o in result.outputs if o.get("name") == "stdout") == expected
+
+
 async def test_a_stream_flood_comes_in_bounded_messages(session: AsyncSession) -> None:
     # 3 MB in one write, which ipykernel sends as one message; each live output is one message.
     sizes: list[int] = []

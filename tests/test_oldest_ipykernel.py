@@ -22,6 +22,7 @@ KERNEL_SIDE_TESTS = [
     "tests/test_reducer.py",
     "tests/test_fidelity.py",
     "tests/test_late_output.py",
+    "tests/test_kernel_quick.py",
 ]
 
 

@@ -72,6 +72,26 @@ async def test_a_forked_kernel_runs_code_as_a_spawned_one_does(tmp_path: Path) -
         assert (await value(session, "os.environ['PWD']")) == str(tmp_path / "a")
 
 
+async def test_a_forked_kernel_keeps_the_zygotes_list_of_modules(tmp_path: Path) -> None:
+    # ipykernel lists every loaded module's file as a kernel starts: in a fork
+    # that scan writes the reference counts of the zygote's modules and names,
+    # copying their pages. The zygote's own list is kept instead, the same one
+    # (not a copy) in the kernel and its debugger, and it names the preload.
+    await asyncio.to_thread(warm_zygote, PRELOAD)
+    async with await forked(tmp_path, "a", preload=PRELOAD) as session:
+        result = await session.execute(
+            "import sys\n"
+            "quick = sys.modules['kernelexec_kernel_quick']\n"
+            "kernel = get_ipython().kernel\n"
+            "files = kernel._kernel_modules\n"
+            "print('modules' in quick.install(kernel.parent), files is quick._known_modules,\n"
+            "      files is kernel.debugger.kernel_modules,\n"
+            "      sys.modules['pandas'].__file__ in files,\n"
+            "      sys.modules['ipykernel.kernelapp'].__file__ in files)"
+        )
+        assert result.stdout.split() == ["True"] * 5, result.text
+
+
 async def test_siblings_never_share_a_random_sequence(tmp_path: Path) -> None:
     # numpy's global generator was seeded once, in the zygote, when numpy was
     # imported there; Python's random reseeds itself at fork.

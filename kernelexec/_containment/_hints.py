@@ -127,11 +127,13 @@ def _hidden(path: str, sandbox: Sandbox) -> bool:
 
 def _denied_path(pattern: re.Pattern[str], text: str, work_dir: Path) -> str | None:
     """The first path in ``text`` that ``pattern`` finds, outside the work dir; normalized."""
-    roots = {os.path.normpath(work_dir), os.path.realpath(work_dir)}
+    roots: set[str] = set()
     for found in pattern.finditer(text):
         path = found.group("py") or found.group("sh")
         if not path:
             continue
+        # Found only now: most executions print no path, and realpath costs syscalls.
+        roots = roots or {os.path.normpath(work_dir), os.path.realpath(work_dir)}
         # Compared by name only: a path the kernel printed is never looked up
         # here (it may name anything of this machine's, /proc/self/... too).
         # A relative one is from the work dir, where the kernel runs.

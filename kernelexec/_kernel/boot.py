@@ -15,6 +15,7 @@ loads its sibling modules by path:
   its code or an attached console, ends it).
 - ``data.py``: DataFrames and figures shown also as data (table and chart
   payloads in their own mimetypes).
+- ``quick.py``: per-execution work ipykernel and IPython do for nothing, not done.
 - ``contain.py``: with a policy in ``KERNELEXEC_SANDBOX``, the kernel is
   contained before any of its code runs (namespaces, Landlock, seccomp, limits).
 
@@ -133,7 +134,8 @@ def start_app(after_init: Any = None) -> None:
     ]
     caps = load("caps")
     fork = load("fork")
-    app = load("exits").kept_app(caps.capped_app(load("guard").guarded_app(kernelapp.IPKernelApp)))
+    guarded = load("guard").guarded_app(kernelapp.IPKernelApp)
+    app = load("exits").kept_app(caps.capped_app(load("quick").lean_app(guarded)))
     become: Any = None
     try:
         instance = app.instance()
@@ -142,6 +144,7 @@ def start_app(after_init: Any = None) -> None:
         load("usage").install(instance.kernel)
         load("variables").install(instance.kernel)
         load("data").install(instance.shell)
+        load("quick").install(instance)
         if after_init is not None:
             after_init(instance)
         instance.start()

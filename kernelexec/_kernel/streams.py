@@ -66,6 +66,7 @@ _poll_owner: dict[int, Any] = {}
 _cuts = [0.0, 0]  # [start of the current flush interval, switches in it]
 _flushing = threading.local()  # depth: this thread is inside a flush (and its hooks)
 _forked = [False]  # this process is a fork of the kernel (os.getpid() costs a syscall)
+_draining: set[Any] = set()  # streams whose _drain holds text not yet appended
 
 
 def known_ipykernel(version: str) -> bool:
@@ -152,12 +153,13 @@ def _make_class(base: type) -> type:
         # -- writing and queueing
 
         def write(self, string: str) -> int | None:
-            if type(string) is not str or self.pub_thread is None or not self._is_master():
+            # (_forked, not _is_master(): a write is the flood's hot path.)
+            if type(string) is not str or self.pub_thread is None or _forked[0]:
                 return super().write(string)  # type: ignore[no-any-return]
             if self.echo is not None:
                 with contextlib.suppress(OSError):
                     self.echo.write(string)
-            if threading.get_ident() == _main_ident:
+            if threading.get_ident() == _main_ident and _fd_output_waiting():
                 _take_fd_output()
             return self._append(string, self.parent_header)
 
@@ -194,7 +196,7 @@ def _make_class(base: type) -> type:
             if thread is None or not thread.is_alive() or not self._is_master():
                 super().flush()
                 return
-            if threading.get_ident() == _main_ident:
+            if threading.get_ident() == _main_ident and _fd_output_waiting():
                 _take_fd_output()
             self._flush()  # queued here, ahead of whatever this thread sends next
 
@@ -296,25 +298,34 @@ def _make_class(base: type) -> type:
             with self._pipe_lock:
                 if pipe.closed:
                     return False
-                chunks, open_ = [], True
-                while True:
-                    try:
-                        data = os.read(pipe.fd, _PIPE_READ)
-                    except BlockingIOError:
-                        break
-                    except OSError:
-                        data = b""
-                    if not data:
-                        open_ = False
-                        break
-                    chunks.append(data)
-                raw = b"".join(chunks)
-                if raw:
-                    with contextlib.suppress(OSError):
-                        os.write(self._original_stdstream_copy, raw)  # the kernel's own log
-                text = pipe.decode(raw, final=not open_)
-                if text and self.pub_thread is not None:
-                    self._append(text, self.parent_header if pipe.parent is None else pipe.parent)
+                # While this drain holds text it read but has not appended yet:
+                # the main thread's quick check reads it without the lock.
+                _draining.add(self)
+                try:
+                    return self._drain_locked(pipe)
+                finally:
+                    _draining.discard(self)
+
+        def _drain_locked(self, pipe: _Pipe) -> bool:
+            chunks, open_ = [], True
+            while True:
+                try:
+                    data = os.read(pipe.fd, _PIPE_READ)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    open_ = False
+                    break
+                chunks.append(data)
+            raw = b"".join(chunks)
+            if raw:
+                with contextlib.suppress(OSError):
+                    os.write(self._original_stdstream_copy, raw)  # the kernel's own log
+            text = pipe.decode(raw, final=not open_)
+            if text and self.pub_thread is not None:
+                self._append(text, self.parent_header if pipe.parent is None else pipe.parent)
             return open_
 
     ChunkedOutStream.__name__ = ChunkedOutStream.__qualname__ = "ChunkedOutStream"
@@ -336,6 +347,16 @@ def _may_cut() -> bool:
         _cuts[0], _cuts[1] = now, 0
     _cuts[1] += 1
     return _cuts[1] <= CUTS_PER_INTERVAL
+
+
+def _fd_output_waiting() -> bool:
+    """Whether a pipe holds text, or a watcher holds text it read but has not appended.
+
+    The quick check before each write of the main thread (one poll, no lock):
+    a flood of prints pays only this. The watchers are asked after the poll,
+    so text a watcher reads after it was written after this check began.
+    """
+    return bool(_poller.poll(0)) or bool(_draining)
 
 
 def _take_fd_output() -> None:

@@ -91,6 +91,7 @@ def main() -> None:
         _send(channel, {"failed": "cannot import ipykernel", "status": boot.NO_IPYKERNEL})
         sys.exit(boot.NO_IPYKERNEL)
     _warm(boot, imports)
+    boot.load("quick").remember_modules()  # after every import: the list its kernels keep
     gc.collect()
     gc.freeze()
     _send(channel, {"ready": os.getpid()})
@@ -104,7 +105,17 @@ def _warm(boot: Any, imports: list[str]) -> None:
     for name in _KERNEL_MODULES:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
-    for name in ("guard", "streams", "caps", "exits", "fork"):
+    for name in (
+        "guard",
+        "streams",
+        "caps",
+        "exits",
+        "fork",
+        "quick",
+        "usage",
+        "variables",
+        "data",
+    ):
         boot.load(name)
     # What every contained kernel applies: made once here, applied in each.
     with contextlib.suppress(Exception):

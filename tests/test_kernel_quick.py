@@ -1,0 +1,129 @@
+"""The kernel skips per-execution work that changes nothing it sends (kernelexec/_kernel/quick.py).
+
+Each change reaches into ipykernel's or IPython's internals: these tests run
+again on the oldest ipykernel we support (tests/test_oldest_ipykernel.py), so
+an upgrade that moves them fails here, not silently for users.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kernelexec import AsyncSession
+from kernelexec._kernel import quick
+
+# The formats IPython's own path gives, next to the quick path's, for values of
+# every plain type (and floats under %precision, which text/plain reads).
+SAME_FORMATS = """\
+shell = get_ipython()
+display = shell.display_formatter
+values = [0, -7, 10**40, 2.5, 1/3, 1+2j, True, False, 'text', 'a\\nb', 'x' * 5000, b'\\x00b']
+def both():
+    return [(display.format(v), type(display).format(display, v)) for v in values]
+pairs = both()
+shell.run_line_magic('precision', '3')
+pairs += both()
+shell.run_line_magic('precision', '')
+print(len(pairs), all(quick == full for quick, full in pairs))
+"""
+
+
+async def test_every_change_applies_on_this_ipykernel(session: AsyncSession) -> None:
+    result = await session.execute(
+        "import sys\n"
+        "print(sys.modules['kernelexec_kernel_quick'].install(get_ipython().kernel.parent))"
+    )
+    assert result.ok, result.text
+    applied = result.stdout.strip()
+    # and "modules" where the kernel came from a zygote (tests/test_zygote.py)
+    assert applied in (
+        "['log', 'signatures', 'plain-values']",
+        "['log', 'signatures', 'plain-values', 'modules']",
+    ), applied
+
+
+async def test_plain_values_are_formatted_as_ipython_formats_them(session: AsyncSession) -> None:
+    result = await session.execute(SAME_FORMATS)
+    assert result.ok, result.text
+    assert result.stdout.strip() == "24 True"
+    assert (await session.execute("41 + 1")).text.strip() == "42"
+
+
+async def test_a_printer_registered_for_a_plain_type_is_still_asked(session: AsyncSession) -> None:
+    registered = await session.execute(
+        "html = get_ipython().display_formatter.formatters['text/html']\n"
+        "html.for_type(int, lambda n: f'<b>{n}</b>')"
+    )
+    assert registered.ok, registered.text
+    result = await session.execute("7")
+    assert [o["data"]["text/html"] for o in result.outputs if "text/html" in o.get("data", {})] == [
+        "<b>7</b>"
+    ]
+    # A subclass is not the plain type: its own _repr_*_ is asked too.
+    subclass = await session.execute(
+        "html.pop(int)\n"
+        "class Marked(str):\n"
+        "    def _repr_markdown_(self):\n"
+        "        return '**' + self + '**'\n"
+        "Marked('m')"
+    )
+    markdown = [o["data"].get("text/markdown") for o in subclass.outputs if "data" in o]
+    assert markdown == ["**m**"], subclass.outputs
+
+
+def test_each_function_is_asked_its_own_signature() -> None:
+    # ipykernel passes cell_id only to a run_cell_async that takes it: an
+    # answer kept for the shell's own would break one an extension put in its place.
+    from ipykernel import ipkernel
+
+    own = ipkernel._accepts_parameters
+    try:
+        assert quick._kept_signatures()
+
+        class Shell:
+            async def wide(self, raw_cell, *, cell_id=None):  # type: ignore[no-untyped-def]
+                return raw_cell
+
+            async def narrow(self, raw_cell):  # type: ignore[no-untyped-def]
+                return raw_cell
+
+        shell, names = Shell(), ["cell_id", "cell_meta"]
+        for _ in range(2):  # asked, then kept
+            assert ipkernel._accepts_parameters(shell.wide, names) == {
+                "cell_id": True,
+                "cell_meta": False,
+            }
+            assert ipkernel._accepts_parameters(shell.narrow, names) == {
+                "cell_id": False,
+                "cell_meta": False,
+            }
+        # A caller changing the answer it got does not change the kept one.
+        ipkernel._accepts_parameters(shell.narrow, names)["cell_id"] = True
+        assert ipkernel._accepts_parameters(shell.narrow, names)["cell_id"] is False
+    finally:
+        ipkernel._accepts_parameters = own
+
+
+async def test_the_kernel_builds_no_debug_records_nobody_asked_for(
+    session: AsyncSession,
+) -> None:
+    result = await session.execute(
+        "import logging\nprint(get_ipython().kernel.log.isEnabledFor(logging.DEBUG))"
+    )
+    assert result.stdout.strip() == "False", result.text
+
+
+def test_a_log_whose_handler_asks_for_debug_keeps_it() -> None:
+    log = logging.getLogger("kernelexec-test-quick-debug")
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.DEBUG)
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    try:
+        assert quick._quiet_log(log)
+        assert log.isEnabledFor(logging.DEBUG)
+        handler.setLevel(logging.WARNING)
+        assert quick._quiet_log(log)
+        assert not log.isEnabledFor(logging.INFO) and log.isEnabledFor(logging.WARNING)
+    finally:
+        log.removeHandler(handler)
