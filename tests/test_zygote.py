@@ -72,24 +72,39 @@ async def test_a_forked_kernel_runs_code_as_a_spawned_one_does(tmp_path: Path) -
         assert (await value(session, "os.environ['PWD']")) == str(tmp_path / "a")
 
 
-async def test_a_forked_kernel_keeps_the_zygotes_list_of_modules(tmp_path: Path) -> None:
-    # ipykernel lists every loaded module's file as a kernel starts: in a fork
-    # that scan writes the reference counts of the zygote's modules and names,
-    # copying their pages. The zygote's own list is kept instead, the same one
-    # (not a copy) in the kernel and its debugger, and it names the preload.
-    await asyncio.to_thread(warm_zygote, PRELOAD)
-    async with await forked(tmp_path, "a", preload=PRELOAD) as session:
-        result = await session.execute(
-            "import sys\n"
-            "quick = sys.modules['kernelexec_kernel_quick']\n"
-            "kernel = get_ipython().kernel\n"
-            "files = kernel._kernel_modules\n"
-            "print('modules' in quick.install(kernel.parent), files is quick._known_modules,\n"
-            "      files is kernel.debugger.kernel_modules,\n"
-            "      sys.modules['pandas'].__file__ in files,\n"
-            "      sys.modules['ipykernel.kernelapp'].__file__ in files)"
-        )
-        assert result.stdout.split() == ["True"] * 5, result.text
+MODULE_LISTS = """\
+import sys
+quick = sys.modules['kernelexec_kernel_quick']
+kernel, shell = get_ipython().kernel, get_ipython()
+print(
+    'modules' in quick.install(kernel.parent),
+    kernel._kernel_modules is quick._known_modules is kernel.debugger.kernel_modules,
+    shell._sys_modules_keys is quick._known_names,
+    'ipykernel.kernelapp' in shell._sys_modules_keys,
+    any(f.endswith('kernelapp.py') for f in kernel._kernel_modules),
+    'wave' in shell._sys_modules_keys,
+    any(f.endswith('wave.py') for f in kernel._kernel_modules),
+)
+"""
+
+
+async def test_a_forked_kernel_keeps_the_zygotes_lists_of_modules(tmp_path: Path) -> None:
+    # As a kernel starts, ipykernel lists every loaded module's file and IPython
+    # keeps their names: in a fork those scans write the reference counts of
+    # the zygote's modules and names, copying their pages. The zygote's own
+    # lists are kept instead (the same objects, not copies).
+    await asyncio.to_thread(warm_zygote)
+    # Uncontained, so that its fork below is a process fork, not a restore.
+    async with await forked(tmp_path, "a", sandbox=False) as session:
+        result = await session.execute(MODULE_LISTS)
+        assert result.stdout.split() == ["True"] * 5 + ["False"] * 2, result.text
+        # A fork of this live kernel has loaded a module since: its lists are
+        # scanned as ipykernel and IPython scan them, and name that module.
+        imported = await session.execute("import wave")
+        assert imported.ok, imported.text
+        async with await session.fork(tmp_path / "fork", method="process") as fork:
+            again = await fork.execute(MODULE_LISTS)
+            assert again.stdout.split() == ["False"] * 3 + ["True"] * 4, again.text
 
 
 async def test_siblings_never_share_a_random_sequence(tmp_path: Path) -> None:

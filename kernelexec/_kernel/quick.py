@@ -14,15 +14,15 @@ ipykernel we support, so an upgrade that moves them fails there, loudly):
 - **signatures**: ipykernel asks ``inspect.signature`` of ``shell.run_cell``
   on every execution (``_accepts_parameters``); the answer is kept per
   function.
-- **the module scan**: ipykernel lists the file of every loaded module as
-  each kernel starts (for its debugger's rules), touching each module object
-  and each file name: in a kernel forked from the zygote, the reference
-  counts it writes copy some 10 MB of the zygote's pages into the kernel
-  (with the data stack loaded). The zygote makes that list once
-  (``remember_modules``); its kernels take it as it is, and the scan sees no
-  modules. The list is then the zygote's: modules a kernel imported itself
-  are not in it, where a forked kernel's own scan listed them, so a person
-  debugging a live fork may step into those.
+- **the module scans**: as each kernel starts, ipykernel lists the file of
+  every loaded module (for its debugger's rules) and IPython keeps the set of
+  their names (for ``%reset -f aggressive``), touching every module object
+  and name: in a kernel forked from the zygote, the reference counts those
+  scans write copy some 8 MB of the zygote's pages into the kernel (with the
+  data stack loaded). The zygote makes both once (``remember_modules``); a
+  kernel that has loaded no module since takes them as they are, and its
+  scans see no modules. One that has (``len(sys.modules)`` differs: a fork
+  of a live kernel, a startup file's import) scans as before.
 - **plain values**: a cell's value that is an ``int``, ``float``, ``str``...
   went through every one of IPython's formatters (about a dozen, each behind
   a ``decorator``-made wrapper that binds its arguments), to find that only
@@ -33,15 +33,21 @@ ipykernel we support, so an upgrade that moves them fails there, loudly):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 # Exact types whose instances have no _repr_*_ methods of their own, so only a
 # registered printer could give them a format other than text/plain.
 _PLAIN_TYPES = (int, float, complex, bool, str, bytes)
 _SIGNATURES_KEPT = 64
-_known_modules: list[str] | None = None  # made in the zygote, shared by its kernels
+# Made in the zygote, shared by its kernels: how many modules were loaded, their
+# files as ipykernel lists them, their names as IPython keeps them.
+_known_count = -1
+_known_modules: list[str] | None = None
+_known_names: set[str] | None = None
 
 
 def install(app: Any) -> list[str]:
@@ -54,44 +60,77 @@ def install(app: Any) -> list[str]:
     if _plain_values(app.shell):
         applied.append("plain-values")
     kernel = getattr(app, "kernel", None)
-    if _known_modules is not None and getattr(kernel, "_kernel_modules", None) is _known_modules:
+    shell = getattr(app, "shell", None)
+    if _known_modules is not None and (
+        getattr(kernel, "_kernel_modules", None) is _known_modules
+        or getattr(shell, "_sys_modules_keys", None) is _known_names
+    ):
         applied.append("modules")
     return applied
 
 
 def remember_modules() -> None:
-    """In the zygote, its imports done: the loaded modules' files, as ipykernel lists them."""
-    global _known_modules
+    """In the zygote, its imports done: the loaded modules' files and names, made once."""
+    global _known_count, _known_modules, _known_names
     _known_modules = [
         m.__file__ for m in sys.modules.copy().values() if hasattr(m, "__file__") and m.__file__
     ]
+    _known_names = set(sys.modules.keys())
+    _known_count = len(sys.modules)
+
+
+def _nothing_loaded_since() -> bool:
+    """Whether this process has the modules the zygote had when it made its lists.
+
+    By count, so as not to touch them: a kernel imports, it does not unload.
+    """
+    return _known_modules is not None and len(sys.modules) == _known_count
 
 
 def lean_app(base: type) -> type:
-    """``base`` (ipykernel's app) whose kernel takes the zygote's module list, not a scan."""
+    """``base`` (ipykernel's app) whose kernel and shell take the zygote's module lists."""
 
     class LeanKernelApp(base):  # type: ignore[misc]
         def init_kernel(self) -> None:
-            known = _known_modules
-            if known is None:
-                super().init_kernel()  # not from a zygote: nothing shared to keep
+            if not _nothing_loaded_since():
+                super().init_kernel()  # not from a zygote, or more modules: scanned
                 return
             from ipykernel import ipkernel
 
-            real = vars(ipkernel)["sys"]
-            vars(ipkernel)["sys"] = _NoModulesSys(real)
-            try:
+            with _no_modules_in(ipkernel):
                 super().init_kernel()
-            finally:
-                vars(ipkernel)["sys"] = real
             kernel: Any = self.kernel
             if isinstance(getattr(kernel, "_kernel_modules", None), list):
-                kernel._kernel_modules = known
+                kernel._kernel_modules = _known_modules
             debugger: Any = getattr(kernel, "debugger", None)
             if isinstance(getattr(debugger, "kernel_modules", None), list):
-                debugger.kernel_modules = known
+                debugger.kernel_modules = _known_modules
+
+        def init_code(self) -> None:
+            if _known_names is None:
+                super().init_code()
+                return
+            from IPython.core import shellapp
+
+            with _no_modules_in(shellapp):
+                super().init_code()  # startup files and exec_lines run here
+            # IPython's snapshot, taken as init_code ends: the zygote's where no
+            # module was loaded since, else made as IPython makes it.
+            names = _known_names if _nothing_loaded_since() else set(sys.modules.keys())
+            self.shell._sys_modules_keys = names
 
     return LeanKernelApp
+
+
+@contextlib.contextmanager
+def _no_modules_in(module: Any) -> Iterator[None]:
+    """While in the block, ``module``'s ``sys`` has no modules to scan."""
+    real = vars(module)["sys"]
+    vars(module)["sys"] = _NoModulesSys(real)
+    try:
+        yield
+    finally:
+        vars(module)["sys"] = real
 
 
 class _NoModulesSys:
@@ -102,7 +141,7 @@ class _NoModulesSys:
 
     @property
     def modules(self) -> dict[str, Any]:
-        return {}
+        return {}  # .copy(), .keys() and .values() of it are empty too
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)

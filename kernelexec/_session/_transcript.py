@@ -145,9 +145,7 @@ class Transcript:
 
     def _write(self, batch: list[dict[str, Any]]) -> None:
         pieces = [_dump(c) for c in batch]
-        if not self._folder:
-            self._root.mkdir(parents=True, exist_ok=True)  # a folder the caller chose
-        folder, moved = _workdir.own_folder(self._root, [*self._folder, self._name])
+        folder, moved = self._own_folder()
         for note in moved:
             log.warning("kernelexec: %s", note)
         try:
@@ -177,6 +175,18 @@ class Transcript:
             self._replace(folder, temp, fd, len(pieces), len(body))
         finally:
             os.close(folder)
+
+    def _own_folder(self) -> tuple[int, list[str]]:
+        parts = [*self._folder, self._name]
+        try:
+            return _workdir.own_folder(self._root, parts)
+        except _workdir.Refused as exc:
+            if self._folder or exc.reason != "missing":
+                raise
+        # A folder the caller chose, made when missing: asked only then, as
+        # this runs once per execution.
+        self._root.mkdir(parents=True, exist_ok=True)
+        return _workdir.own_folder(self._root, parts)
 
     def _replace(self, folder: int, temp: str, fd: int, cells: int, prefix: int) -> None:
         """Puts the written temp file in place; its stat is the file's from then on."""
