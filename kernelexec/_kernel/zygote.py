@@ -48,12 +48,21 @@ from typing import Any, NoReturn
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MESSAGE = 1 << 20  # bytes: a fork request is a few KB of environment
 # What a started kernel imports beyond ``ipykernel.kernelapp`` (measured on
-# ipykernel 7): imported here, a child finds them in sys.modules.
+# ipykernel 7 with IPython 8 and 9): imported here, a child finds them in
+# sys.modules, and keeps the zygote's lists of modules (quick.py), which it
+# does only where it has imported none since.
 _KERNEL_MODULES = (
     "ipykernel.ipkernel",
     "ipykernel.zmqshell",
     "ipykernel.debugger",
     "IPython.core.completerlib",
+    "IPython.core.debugger",
+    "IPython.core.logger",
+    "IPython.core.oinspect",
+    "IPython.extensions.storemagic",
+    "IPython.utils.wildcard",
+    "sqlite3",
+    "pdb",
     "tornado.platform.asyncio",
     "faulthandler",
 )
