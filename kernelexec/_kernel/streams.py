@@ -115,6 +115,7 @@ def forget_streams() -> None:
     global _poller
     _forked[0] = False
     _streams.clear()
+    _draining.clear()  # a watcher that was draining at the fork has no thread here
     _poll_owner.clear()
     _poller = select.poll()
 

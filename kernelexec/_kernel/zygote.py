@@ -63,6 +63,7 @@ _KERNEL_MODULES = (
     "IPython.utils.wildcard",
     "sqlite3",
     "pdb",
+    "concurrent.futures.thread",
     "tornado.platform.asyncio",
     "faulthandler",
 )
