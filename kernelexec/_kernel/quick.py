@@ -11,8 +11,8 @@ ipykernel we support, so an upgrade that moves them fails there, loudly):
   at its handler, so each of the several ``log.debug`` calls per message
   built a log record (formatting the whole message) to throw it away. The
   logger's level is raised to its handlers' lowest.
-- **signatures**: ipykernel asks ``inspect.signature`` of ``shell.run_cell``
-  on every execution (``_accepts_parameters``); the answer is kept per
+- **signatures**: ipykernel asks ``inspect.signature`` of the shell's
+  ``run_cell_async`` on every execution (``_accepts_parameters``); the answer is kept per
   function.
 - **the module scans**: as each kernel starts, ipykernel lists the file of
   every loaded module (for its debugger's rules) and IPython keeps the set of
@@ -204,12 +204,13 @@ def _plain_values(shell: Any) -> bool:
         formatters.IPythonDisplayFormatter.__call__,
         formatters.MimeBundleFormatter.__call__,
     }
+    plain_kind = formatters.PlainTextFormatter
     full = display.format
 
     def format(obj: Any, include: Any = None, exclude: Any = None) -> Any:
         kind = type(obj)
         if kind in _PLAIN_TYPES and not include and not exclude:
-            plain = _only_plain(display, obj, kind, answer_from_registries)
+            plain = _only_plain(display, obj, kind, answer_from_registries, plain_kind)
             if plain is not None:
                 data = plain(obj)
                 if isinstance(data, str):
@@ -221,12 +222,12 @@ def _plain_values(shell: Any) -> bool:
     return True
 
 
-def _only_plain(display: Any, obj: Any, kind: type, answer_from_registries: set[Any]) -> Any:
+def _only_plain(
+    display: Any, obj: Any, kind: type, answer_from_registries: set[Any], plain_kind: type
+) -> Any:
     """The text/plain formatter, where it is the only one with anything to say for ``obj``."""
-    from IPython.core import formatters
-
     plain = display.formatters.get("text/plain")
-    if type(plain) is not formatters.PlainTextFormatter:
+    if type(plain) is not plain_kind:
         return None
     others = [display.ipython_display_formatter, display.mimebundle_formatter]
     others += [f for name, f in display.formatters.items() if name != "text/plain"]
