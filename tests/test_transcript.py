@@ -234,3 +234,28 @@ def test_the_docs_open_a_transcript_in_jupyterlab_as_they_say(tmp_path: Path) ->
         assert lab.http.get(f"/lab/tree/{command[2]}").status_code == 200  # the page it opens
     finally:
         lab.stop()
+
+
+async def test_a_kernel_that_removes_or_links_away_its_work_dir_gets_no_byte_outside(
+    tmp_path: Path,
+) -> None:
+    # The transcript's folder is asked for only when it is missing: removed,
+    # it is made again; a link put in its place (dangling, so a mkdir through
+    # it would make the folder it names) is refused, and nothing is written there.
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    async with AsyncSession(work, sandbox=False) as s:
+        removed = await s.execute(f"import shutil; shutil.rmtree({str(work)!r}); 'gone'")
+        assert removed.ok, removed.text
+        await s.flush()
+        nb = nbformat.read(work / "transcript.ipynb", as_version=4)
+        assert [c.source for c in nb.cells if c.cell_type == "code"][-1].endswith("'gone'")
+        linked = await s.execute(
+            f"import os, shutil; shutil.rmtree({str(work)!r}); "
+            f"os.symlink({str(outside)!r}, {str(work)!r}); 'linked'"
+        )
+        assert linked.ok and "linked" in linked.text, linked.text
+        await s.flush()
+        assert s._transcript.write_error is not None
+        assert not outside.exists()
+        after = await s.execute("1 + 1")
+        assert after.text.strip() == "2" and not outside.exists()

@@ -107,6 +107,22 @@ async def test_a_forked_kernel_keeps_the_zygotes_lists_of_modules(tmp_path: Path
             assert again.stdout.split() == ["False"] * 3 + ["True"] * 4, again.text
 
 
+async def test_a_kernel_that_empties_the_zygotes_lists_harms_no_sibling(tmp_path: Path) -> None:
+    # The lists are the zygote's objects, shared copy-on-write: a kernel's code
+    # may empty its copy, and a sibling forked after still has them whole.
+    await asyncio.to_thread(warm_zygote)
+    empty = (
+        "import sys\nquick = sys.modules['kernelexec_kernel_quick']\n"
+        "quick._known_modules.clear(); quick._known_names.clear()\n"
+        "print(len(get_ipython().kernel.debugger.kernel_modules))"
+    )
+    count = "print(len(get_ipython().kernel.debugger.kernel_modules) > 100)"
+    async with await forked(tmp_path, "a", sandbox=False) as a:
+        assert (await a.execute(empty)).stdout.strip() == "0"
+        async with await forked(tmp_path, "b", sandbox=False) as b:
+            assert (await b.execute(count)).stdout.strip() == "True"
+
+
 async def test_siblings_never_share_a_random_sequence(tmp_path: Path) -> None:
     # numpy's global generator was seeded once, in the zygote, when numpy was
     # imported there; Python's random reseeds itself at fork.
