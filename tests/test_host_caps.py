@@ -166,7 +166,8 @@ async def test_a_huge_control_reply_is_an_error_not_a_wait(tmp_path: Path) -> No
         started = time.monotonic()
         with pytest.raises(KernelexecError, match=r"Limits\.max_message_bytes"):
             await s.variables()
-        assert time.monotonic() - started < 4  # not the 5 s an unanswered request waits
+        # The match above is the proof: a request left unanswered fails with a timeout.
+        assert time.monotonic() - started < SOON
         assert (await s.execute("n + 1")).text == "2\n"
 
 

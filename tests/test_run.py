@@ -210,15 +210,16 @@ SURPLUS_INPUT = [
 async def test_input_beyond_the_answers_fails_at_once_under_load(
     session: AsyncSession, cpu_burners: None
 ) -> None:
-    # 200 in a row on a loaded machine, each far below the timeout: an
-    # interrupt sent instead of an answer can be lost, and the code then
-    # waited out its whole timeout.
+    # 200 in a row on a loaded machine: an interrupt sent instead of an answer
+    # can be lost, and the code then waited out its whole timeout, which ends
+    # in a timeout status, not input()'s EOFError. No bound on the duration:
+    # a loaded CI machine once took 2.02 s for one that was right.
     await session.execute("1")  # a first execution pays for lazy imports
     for i in range(200):
         code = SURPLUS_INPUT[i % len(SURPLUS_INPUT)]
-        result = await session.execute(code, stdin=["one"], timeout=60)
+        result = await session.execute(code, stdin=["one"], timeout=30)
+        assert result.status == "error", (i, result.status, result.text)
         assert result.error is not None and result.error.ename == "EOFError", (i, result.text)
-        assert result.duration < 2, (i, result.duration)
         assert result.stdout == "first? one\nsecond? \n", (i, result.stdout)
         assert "more input than was given, so input() got end of file" in (result.message or "")
     assert (await session.execute("a")).text == "'one'\n"  # the state is kept

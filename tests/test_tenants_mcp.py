@@ -57,6 +57,10 @@ def _start(
     return proc, f"http://127.0.0.1:{found.group(1)}/mcp", log_path
 
 
+# Bob's value: it has letters outside hex, so no id (32 hex digits) can contain it.
+BOBS = "bob-wrote-this"
+
+
 async def test_no_tool_reaches_another_tenants_sessions(tmp_path: Path) -> None:
     tokens = write_tenants(
         tmp_path / "tenants.toml",
@@ -79,7 +83,7 @@ async def test_no_tool_reaches_another_tenants_sessions(tmp_path: Path) -> None:
             assert execution is not None, texts(started)
         # Bob names Alice's session, checkpoint, execution and file in every tool.
         arguments: dict[str, dict[str, Any]] = {
-            "execute_code": {"code": "x = 666", "session": "s"},
+            "execute_code": {"code": f"x = {BOBS!r}", "session": "s"},
             "create_session": {"session": "s"},
             "list_sessions": {},
             "restart_session": {"session": "s"},
@@ -105,7 +109,7 @@ async def test_no_tool_reaches_another_tenants_sessions(tmp_path: Path) -> None:
                 seen[tool] = texts(result)
             for tool, text in seen.items():
                 assert "alice" not in text, (tool, text)  # her file's content, her names
-                assert "666" not in text or tool == "get_notebook", (tool, text)
+                assert BOBS not in text or tool == "get_notebook", (tool, text)
             assert "'fork' scope" in seen["fork_session"]
             # The file as a resource, by Alice's session name: Bob's door has no such file.
             try:
@@ -116,7 +120,7 @@ async def test_no_tool_reaches_another_tenants_sessions(tmp_path: Path) -> None:
             assert checkpoint.group(0) not in seen["list_sessions"]
             assert "x" not in seen["list_variables"].split()
             # Bob's own "s" is his: his x is his.
-            assert "666" in texts(
+            assert BOBS in texts(
                 await bob.call_tool("execute_code", {"code": "print(x)", "session": "s"})
             )
         async with mcp_as(url, tokens["alice"]) as alice:
