@@ -6,9 +6,11 @@ or a crash never sees a torn notebook, and the session hands out a result only
 once ``flush()`` says its cell is written. Cells added while a write is under
 way coalesce into the next one.
 
-A write costs the new cells, not the notebook, in time and in memory: the new
-file's bytes up to the last cell are copied from the old file inside the OS
-(``copy_file_range``), then the new cells and the closing lines are appended.
+A write costs the new cells, not the notebook, in this process's time and
+memory: the new file's bytes up to the last cell are copied from the old file
+inside the OS (``copy_file_range``), then the new cells and the closing lines
+are appended. The OS's part still grows with the file (the copy, and on ext4
+the writeback a rename over a file starts): docs/design.md has the figures.
 When the file is not the one last written (someone else saved it, or there is
 no such call here), it is read back and written whole, its edits kept.
 
