@@ -51,14 +51,11 @@ async def test_variables_answer_during_a_running_cell_and_touch_nothing(
     running = asyncio.create_task(session.execute("time.sleep(5)\nlate = 1"))
     await asyncio.sleep(1.0)  # the cell is running
     assert not running.done()
-    started = time.monotonic()
     listed = await session.variables()
-    took = time.monotonic() - started
     assert not running.done()  # answered while the cell still ran
-    assert took < 1.0, f"variables() took {took:.2f} s during a running cell"
     by_name = {v.name: v for v in listed}
     assert {"x", "words", "df", "arr", "n_in"} <= set(by_name)
-    assert "late" not in by_name
+    assert "late" not in by_name  # not after the cell: it would have set late
     # IPython's own names, underscores and modules are left out.
     assert not {"In", "Out", "get_ipython", "exit", "quit", "_", "_i1", "pd", "np", "time"} & set(
         by_name
@@ -151,16 +148,14 @@ def test_http_variables_while_a_cell_runs(server: ServerProcess) -> None:
     assert server.execute(sid, SETUP)["status"] == "ok"
     http = server.http
     with server.http.stream(
-        "POST", f"/sessions/{sid}/execute/stream", json={"code": "time.sleep(5)"}
+        "POST", f"/sessions/{sid}/execute/stream", json={"code": "time.sleep(5)\nlate = 1"}
     ) as stream:
         time.sleep(1.0)
-        started = time.monotonic()
         listed = http.get(f"/sessions/{sid}/variables")
-        took = time.monotonic() - started
         assert listed.status_code == 200, listed.text
-        assert took < 1.0, f"GET /variables took {took:.2f} s during a running cell"
         names = {v["name"] for v in listed.json()["variables"]}
         assert {"x", "words", "df", "arr"} <= names
+        assert "late" not in names  # answered while the cell ran, not after it
         detail = http.get(f"/sessions/{sid}/variables/df")
         assert detail.status_code == 200
         assert [c["name"] for c in detail.json()["columns"]] == ["a", "b", "t"]
