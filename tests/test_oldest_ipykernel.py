@@ -23,6 +23,7 @@ KERNEL_SIDE_TESTS = [
     "tests/test_fidelity.py",
     "tests/test_late_output.py",
     "tests/test_kernel_quick.py",
+    "tests/test_made_shell.py",
 ]
 
 

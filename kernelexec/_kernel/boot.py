@@ -16,6 +16,8 @@ loads its sibling modules by path:
 - ``data.py``: DataFrames and figures shown also as data (table and chart
   payloads in their own mimetypes).
 - ``quick.py``: per-execution work ipykernel and IPython do for nothing, not done.
+- ``made.py``: in a kernel forked from a zygote, the shell and the reading of
+  the arguments the zygote made once.
 - ``contain.py``: with a policy in ``KERNELEXEC_SANDBOX``, the kernel is
   contained before any of its code runs (namespaces, Landlock, seccomp, limits).
 
@@ -37,6 +39,7 @@ from typing import Any
 NO_IPYKERNEL = 97  # exit status kernelexec reads as "install ipykernel"
 SANDBOX_VARIABLE = "KERNELEXEC_SANDBOX"  # the policy of a contained kernel, as JSON
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_APP: Any = None  # app_class()'s
 
 
 def load(name: str) -> ModuleType:
@@ -107,6 +110,29 @@ def box(policy: Any) -> Any:
     return contain.Box(found, load)
 
 
+def app_class() -> Any:
+    """ipykernel's app with every kernelexec tweak (the module docstring), made once."""
+    global _APP
+    if _APP is None:
+        from ipykernel import kernelapp
+
+        base = load("made").made_app(load("guard").guarded_app(kernelapp.IPKernelApp))
+        _APP = load("exits").kept_app(load("caps").capped_app(load("quick").lean_app(base)))
+    return _APP
+
+
+def app_arguments() -> list[str]:
+    """The arguments every kernel's app is given, beyond its connection file.
+
+    Only names: the stream class is made in the kernel (``start_app``), never
+    in a zygote, whose forks would all take themselves for forks of a kernel.
+    """
+    return [
+        f"--IPKernelApp.outstream_class={load('streams').__name__}.ChunkedOutStream",
+        "--HistoryManager.hist_file=:memory:",
+    ]
+
+
 def start_app(after_init: Any = None) -> None:
     """Runs ipykernel's app, tuned, on the connection file in ``sys.argv``.
 
@@ -119,7 +145,7 @@ def start_app(after_init: Any = None) -> None:
     # thread) would never see an interrupt, and every timeout would end in a restart.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
-        from ipykernel import kernelapp
+        from ipykernel import kernelapp  # noqa: F401  (the clear error below, first)
     except ImportError:
         sys.stderr.write(
             f"kernelexec: {sys.executable} cannot import ipykernel; "
@@ -128,17 +154,11 @@ def start_app(after_init: Any = None) -> None:
         sys.exit(NO_IPYKERNEL)
     streams = load("streams")
     streams.ChunkedOutStream = streams.chunked_outstream()  # type: ignore[attr-defined]
-    sys.argv += [
-        f"--IPKernelApp.outstream_class={streams.__name__}.ChunkedOutStream",
-        "--HistoryManager.hist_file=:memory:",
-    ]
-    caps = load("caps")
+    sys.argv += app_arguments()
     fork = load("fork")
-    guarded = load("guard").guarded_app(kernelapp.IPKernelApp)
-    app = load("exits").kept_app(caps.capped_app(load("quick").lean_app(guarded)))
     become: Any = None
     try:
-        instance = app.instance()
+        instance = app_class().instance()
         instance.initialize()
         fork.install(instance.kernel, load)
         load("usage").install(instance.kernel)

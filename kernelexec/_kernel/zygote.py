@@ -101,6 +101,8 @@ def main() -> None:
         _send(channel, {"failed": "cannot import ipykernel", "status": boot.NO_IPYKERNEL})
         sys.exit(boot.NO_IPYKERNEL)
     _warm(boot, imports)
+    # A kernel's shell, made here once (made.py); before the module lists, as it imports.
+    boot.load("made").make(boot.app_class(), boot.app_arguments())
     boot.load("quick").remember_modules()  # after every import: the list its kernels keep
     gc.collect()
     gc.freeze()
@@ -122,6 +124,7 @@ def _warm(boot: Any, imports: list[str]) -> None:
         "exits",
         "fork",
         "quick",
+        "made",
         "usage",
         "variables",
         "data",
