@@ -6,12 +6,14 @@ ipykernel only): ``python zygote.py FD``, where FD is its end of a Unix
 request carries the kernel's stderr as a passed descriptor.
 
 The zygote imports ipykernel, IPython, the debugger and the modules a
-session's preload imports, once; freezes that heap (``gc.freeze()``, so the
-children's collector never writes to those pages and they stay shared
-copy-on-write); and then forks a kernel per request. It stays single-threaded
-(a fork copies only the calling thread, and a lock held by another thread
-would stay locked in the child forever) and runs no code of anyone's but the
-imports.
+session's preload imports, once; makes the IPython shell its kernels take
+(``made.py``: it reads the user's IPython config files to do so, as any
+IPython start does); freezes that heap (``gc.freeze()``, so the children's
+collector never writes to those pages and they stay shared copy-on-write);
+and then forks a kernel per request. It stays single-threaded (a fork copies
+only the calling thread, and a lock held by another thread would stay locked
+in the child forever) and runs no code of anyone's but the imports and those
+config files.
 
 A forked child does all that is per kernel, as a freshly exec'd ``boot.py``
 would: its own session and process group, its cwd and environment, fresh
