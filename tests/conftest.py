@@ -96,18 +96,25 @@ async def session(tmp_path: Path) -> AsyncIterator[AsyncSession]:
 _WARMED: set[str] = set()
 
 
-def warm_zygote(preload: str | None = None, *, again: bool = False, within: float = 90.0) -> None:
+def warm_zygote(
+    preload: str | None = None,
+    *,
+    again: bool = False,
+    within: float = 90.0,
+    **options: Any,
+) -> None:
     """Returns once a new session (of the default configuration, or this preload) is forked.
 
     A configuration's first kernel starts the usual way while its zygote
-    starts; tests of forked kernels need the zygote ready first.
+    starts; tests of forked kernels need the zygote ready first. ``options``
+    (``env``, ``sandbox``...) go to each ``Session``: a zygote is per environment.
     """
-    key = preload or ""
+    key = repr((preload or "", sorted(options.items())))
     if key in _WARMED and not again:
         return
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        with Session(preload=preload) as session:
+        with Session(preload=preload, **options) as session:
             if session._async._backend.forked:  # type: ignore[attr-defined]
                 _WARMED.add(key)
                 return

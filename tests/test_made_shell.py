@@ -147,7 +147,7 @@ async def test_a_config_file_reaches_the_made_shell_and_a_changed_one_is_not_mis
     config.write_text(CONFIG.format(how="all"))
     env = {"IPYTHONDIR": str(ipython)}
     # Uncontained: the kernel reads the config the zygote read, and takes its shell.
-    await asyncio.to_thread(_warm_with, env)
+    await asyncio.to_thread(warm_zygote, env=env, sandbox=False)
     async with await forked(tmp_path / "a", sandbox=False, env=env) as session:
         assert (await state(session))["taken"] is True
         result = await session.execute(BOTH)
@@ -165,19 +165,6 @@ async def test_a_config_file_reaches_the_made_shell_and_a_changed_one_is_not_mis
         assert found["taken"] is False and found["log"] is True, found
         result = await session.execute(BOTH)
         assert "11" not in result.text and "22" in result.text, result.text
-
-
-def _warm_with(env: dict[str, str]) -> None:
-    """A zygote for sessions with ``env``, ready (its first kernel starts the usual way)."""
-    from kernelexec import Session
-
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        with Session(env=env, sandbox=False) as session:
-            if session._async._backend.forked:  # type: ignore[attr-defined]
-                return
-        time.sleep(0.2)
-    raise AssertionError("no session with this environment was forked from a zygote")
 
 
 async def test_a_kernel_cannot_hand_a_shell_of_its_making_to_a_sibling(tmp_path: Path) -> None:
