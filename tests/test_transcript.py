@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import stat
+import threading
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from kernelexec import AsyncSession, Session
@@ -259,3 +263,155 @@ async def test_a_kernel_that_removes_or_links_away_its_work_dir_gets_no_byte_out
         assert not outside.exists()
         after = await s.execute("1 + 1")
         assert after.text.strip() == "2" and not outside.exists()
+
+
+async def test_a_write_swaps_two_files_instead_of_copying_the_notebook(tmp_path: Path) -> None:
+    # Issue #33: each write made a new file and copied the whole notebook into
+    # it, so a session that had drawn big images paid for them on every
+    # execution. Now the file the last write displaced (its previous version)
+    # takes the new cells, and the two swap places: they take turns.
+    previous = tmp_path / ".transcript.ipynb.previous"
+    with contextlib.ExitStack() as held:
+        async with AsyncSession(tmp_path) as s:
+            versions = []  # each version held open, so that no inode number is used again
+            for i in range(6):
+                await s.execute(f"print({i})")
+                versions.append(held.enter_context((tmp_path / "transcript.ipynb").open("rb")))
+                if i:
+                    # One write behind: a notebook a person can open, should they want it.
+                    nb = nbformat.read(previous, as_version=4)
+                    texts = [c.outputs[0]["text"] for c in nb.cells]
+                    assert texts == [f"{n}\n" for n in range(i)]
+                await asyncio.sleep(0.1)  # an agent's pause: longer than a reader's grace
+        inodes = [os.fstat(f.fileno()).st_ino for f in versions]
+    assert len(set(inodes)) == 2 and inodes[1::2] == [inodes[1]] * 3, inodes
+    nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert [c.outputs[0]["text"] for c in nb.cells] == [f"{n}\n" for n in range(6)]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+async def test_a_version_someone_may_still_be_reading_is_not_written_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader that opened the notebook reads that version whole, however
+    # many writes follow, for the grace a version is left alone after it is
+    # swapped out (here made longer than the test, so its timing cannot matter).
+    from kernelexec._session import _transcript
+
+    monkeypatch.setattr(_transcript, "_READ_GRACE", 3600.0)
+    with contextlib.ExitStack() as held:
+        async with AsyncSession(tmp_path) as s:
+            opened = []
+            for i in range(5):
+                await s.execute(f"print({i})")
+                reader = held.enter_context((tmp_path / "transcript.ipynb").open("rb"))
+                opened.append((reader, (tmp_path / "transcript.ipynb").read_bytes()))
+        for reader, as_opened in opened:
+            assert reader.read() == as_opened
+    assert [len(json.loads(data)["cells"]) for _, data in opened] == [1, 2, 3, 4, 5]
+
+
+async def test_a_reader_never_sees_a_torn_transcript(tmp_path: Path) -> None:
+    path, stop = tmp_path / "transcript.ipynb", threading.Event()
+    seen: list[int] = []
+    torn: list[bytes] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            try:
+                seen.append(len(json.loads(data)["cells"]))
+            except ValueError:
+                torn.append(data[-200:])
+
+    async with AsyncSession(tmp_path) as s:
+        await s.execute("print('first')")
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            for i in range(30):
+                await s.execute(f"print({i} * 'x' * {i * 1000})")
+        finally:
+            stop.set()
+            reader.join()
+    assert not torn
+    assert seen and seen == sorted(seen) and seen[-1] <= 31
+
+
+async def test_the_kernel_cannot_turn_the_previous_version_against_the_host(
+    tmp_path: Path,
+) -> None:
+    work, outside = tmp_path / "work", tmp_path / "outside.txt"
+    outside.write_text("the host's")
+    name = ".transcript.ipynb.previous"
+    attacks = [
+        # a link to a host file, where kernelexec writes the next version
+        f"import os; os.remove({name!r}); os.symlink({str(outside)!r}, {name!r})",
+        # a folder, with a file of the session's in it
+        f"import os; os.remove({name!r}); os.mkdir({name!r}); "
+        f"open({name!r} + '/kept', 'w').write('kept')",
+        # bytes written into it in place
+        f"open({name!r}, 'r+b').write(b'garbage')",
+        # a hard link to the notebook itself
+        f"import os; os.remove({name!r}); os.link('transcript.ipynb', {name!r})",
+    ]
+    async with AsyncSession(work) as s:
+        for i in range(3):
+            await s.execute(f"print({i})")
+        for attack in attacks:
+            planted = await s.execute(attack)
+            assert planted.ok, planted.text
+            for i in range(2):
+                await s.execute(f"print('after', {i})")
+    assert outside.read_text() == "the host's"
+    [aside] = work.glob(f"{name}.moved-*")
+    assert (aside / "kept").read_text() == "kept"
+    nb = nbformat.read(work / "transcript.ipynb", as_version=4)
+    nbformat.validate(nb)
+    printed = [o["text"] for c in nb.cells for o in c.outputs if o.get("name") == "stdout"]
+    assert printed == ["0\n", "1\n", "2\n"] + ["after 0\n", "after 1\n"] * len(attacks)
+
+
+async def test_where_files_cannot_be_swapped_each_version_is_renamed_into_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file system without RENAME_EXCHANGE (NFS, FUSE, not Linux) cannot be
+    # had on this machine: the swap is made to fail as it fails there.
+    from kernelexec import _workdir
+
+    monkeypatch.setattr(_workdir, "exchange", lambda folder, one, other: False)
+    with contextlib.ExitStack() as held:
+        async with AsyncSession(tmp_path) as s:
+            versions = []
+            for i in range(4):
+                await s.execute(f"print({i})")
+                versions.append(held.enter_context((tmp_path / "transcript.ipynb").open("rb")))
+                await asyncio.sleep(0.1)
+        assert len({os.fstat(f.fileno()).st_ino for f in versions}) == 4
+    assert not (tmp_path / ".transcript.ipynb.previous").exists()
+    nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
+    assert [c.outputs[0]["text"] for c in nb.cells] == [f"{n}\n" for n in range(4)]
+
+
+async def test_a_fork_and_a_checkpoint_leave_the_previous_version_out(tmp_path: Path) -> None:
+    from kernelexec._state._fork import copy_files
+
+    async with AsyncSession(tmp_path / "work") as s:
+        for i in range(3):
+            await s.execute(f"open('out{i}.txt', 'w').write('{i}')")
+        assert (tmp_path / "work" / ".transcript.ipynb.previous").is_file()
+        (tmp_path / "copy").mkdir()
+        copied = copy_files(s.work_dir, s.notebook_path, tmp_path / "copy")
+        checkpoint = await s.checkpoint(tmp_path / "checkpoint")
+    assert copied == 3
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == [
+        "out0.txt",
+        "out1.txt",
+        "out2.txt",
+    ]
+    kept = sorted(p.name for p in (checkpoint.path / "files").iterdir())
+    assert kept == ["out0.txt", "out1.txt", "out2.txt"]

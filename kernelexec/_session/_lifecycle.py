@@ -65,7 +65,8 @@ async def close_session(session: AsyncSession) -> None:
     await session._backend.shutdown()
     session._kernel_up = False
     discard(session)
-    await session._transcript.flush()
+    # Synced, not only written: a power loss after a session's close keeps its transcript.
+    await session._transcript.settle()
 
 
 async def ensure_kernel(session: AsyncSession) -> None:

@@ -1,42 +1,64 @@
 """The session's notebook on disk: one code cell per execution.
 
 Every execution lands in the file right after it finishes: a task writes the
-file in a worker thread, atomically (a temp file, then a rename), so a reader
-or a crash never sees a torn notebook, and the session hands out a result only
-once ``flush()`` says its cell is written. Cells added while a write is under
-way coalesce into the next one.
+file in a worker thread, and the session hands out a result only once
+``flush()`` says its cell is written. Cells added while a write is under way
+coalesce into the next one.
 
-A write costs the new cells, not the notebook, in this process's time and
-memory: the new file's bytes up to the last cell are copied from the old file
-inside the OS (``copy_file_range``), then the new cells and the closing lines
-are appended. The OS's part still grows with the file (the copy, and on ext4
-the writeback a rename over a file starts): docs/design.md has the figures.
-When the file is not the one last written (someone else saved it, or there is
-no such call here), it is read back and written whole, its edits kept.
+A reader or a crash never sees a torn notebook: each version is written whole
+under another name, then swapped with the file in one step
+(``renameat2(RENAME_EXCHANGE)``, ``_workdir.exchange``). The file it displaces
+stays beside it, hidden (``.transcript.ipynb.previous``), and is the next
+version's start: it already holds all but the last write's cells, so a write
+copies the last write's bytes into it (inside the OS, ``copy_file_range``),
+then writes the new cells and the closing lines. A write costs the new cells,
+in this process and in the OS, however large the notebook: no copy of the
+whole file, no new file, and no rename over a file, which on ext4 starts the
+writeback of all of it first. A file swapped out is written into only after a
+grace (``_READ_GRACE``, ``_READ_RATE``), so someone who opened it before reads
+it whole. Where files cannot be swapped, where the grace has not passed, or
+where either file is not as this process left it, a version is made under a
+temp name (the prefix copied from the notebook, or the notebook read back and
+written whole, edits kept) and renamed or swapped into place.
+
+The swap skips the writeback a rename over a file starts on ext4, which
+makes a notebook replaced by rename survive a power loss; ``settle()`` (at
+the session's close) syncs the file and its folder instead.
 
 The file lives in the kernel's work dir, where the kernel can plant links, so
 it is handled through ``_workdir``: read without following a link, the temp
 file made with O_EXCL under a random name, renamed relative to the folder's
-handle. A link found at the transcript's name is not a notebook: it is moved
+handle, and neither file written unless it is the one this process left
+there. A link found at the transcript's name is not a notebook: it is moved
 aside like any broken file, and the next write puts the real one in its place.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import logging
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from .. import _telemetry, _workdir
 from .._execution._models import Usage
 
-__all__ = ["MAX_TRANSCRIPT_BYTES", "Transcript", "code_cell", "note_cell", "session_note"]
+__all__ = [
+    "MAX_TRANSCRIPT_BYTES",
+    "Transcript",
+    "code_cell",
+    "note_cell",
+    "session_note",
+]
 
 # A transcript read back (to be continued, or copied into a fork) is at most
 # this big; a bigger file in its place was not written by a session's cells
@@ -44,6 +66,13 @@ __all__ = ["MAX_TRANSCRIPT_BYTES", "Transcript", "code_cell", "note_cell", "sess
 MAX_TRANSCRIPT_BYTES = 1 << 30
 
 log = logging.getLogger("kernelexec")
+
+# A file swapped out of the notebook's place may still be being read by
+# someone who opened it before: it is written into again only this long
+# after, in seconds, plus its size at this many bytes a second (a page-cache
+# read goes at gigabytes a second; this allows for a slow, busy reader).
+_READ_GRACE = 0.01
+_READ_RATE = 50e6
 
 NBFORMAT, NBFORMAT_MINOR = 4, 5
 _METADATA: dict[str, Any] = {
@@ -54,7 +83,7 @@ _METADATA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class _Written:
-    """The file as this process last wrote it, so the next write can extend it."""
+    """A file as this process last wrote it, so the next write can extend it."""
 
     cells: int  # how many cells it holds
     prefix: int  # bytes before the closing lines (after the last cell)
@@ -84,12 +113,15 @@ class Transcript:
         self.path = path
         self._root, parts = _workdir.locate(path, work_dir or path.parent)
         self._folder, self._name = parts[:-1], parts[-1]
+        self._previous_name = _workdir.previous_of(self._name)
         self._shown = "/".join(parts)
         self._unwritten: list[dict[str, Any]] = []
         self._metadata: dict[str, Any] = dict(_METADATA)
         self._code_cells = 0
         self._writer: asyncio.Task[None] | None = None
         self._written: _Written | None = None
+        self._previous: _Written | None = None  # the file at _workdir.previous_of(name), when ours
+        self._reusable_at = 0.0  # time.monotonic() from which that file may be written into
         self.write_error: str | None = None
         self._opened = time.time()
         self._earlier_sessions = 0  # none: a new notebook needs no note
@@ -132,6 +164,26 @@ class Transcript:
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
 
+    async def settle(self) -> None:
+        """Flushes, then syncs the file and its folder to the disk (at a session's close)."""
+        await self.flush()
+        if self._written is not None:
+            await asyncio.to_thread(self._sync)
+
+    def _sync(self) -> None:
+        try:
+            folder = _workdir.open_folder(self._root, self._folder)
+        except OSError:
+            return  # removed already: nothing to keep
+        try:
+            with _workdir.open_in(folder, self._name, self._shown) as file:
+                os.fdatasync(file.fileno())
+            os.fsync(folder)
+        except OSError as exc:
+            log.warning("kernelexec: could not sync %s: %s", self.path, exc)
+        finally:
+            os.close(folder)
+
     async def _write_while_new(self) -> None:
         while self._unwritten:
             batch, self._unwritten = self._unwritten, []
@@ -154,11 +206,13 @@ class Transcript:
             written = self._written
             if written is not None:
                 new = ((",\n" if written.cells else "") + ",\n".join(pieces)).encode()
+                if self._advance(folder, written, new, len(pieces)):
+                    return
                 temp, fd = _workdir.temp_file(folder)
                 if _extend(
                     folder, self._name, written.identity, written.prefix, fd, new + self._tail()
                 ):
-                    self._replace(
+                    self._install(
                         folder, temp, fd, written.cells + len(pieces), written.prefix + len(new)
                     )
                     return
@@ -174,9 +228,43 @@ class Transcript:
                 os.close(fd)
                 os.unlink(temp, dir_fd=folder)
                 raise
-            self._replace(folder, temp, fd, len(pieces), len(body))
+            self._install(folder, temp, fd, len(pieces), len(body))
         finally:
             os.close(folder)
+
+    def _advance(self, folder: int, written: _Written, new: bytes, cells: int) -> bool:
+        """Writes the next version into the previous one's file and swaps the two.
+
+        The previous version holds the current one's bytes up to its own
+        prefix; the current one's bytes after that (the last write's cells)
+        are copied over, then ``new`` and the closing lines written after
+        them. False, with the notebook untouched, when either file is not as
+        this process left it or the files cannot be swapped.
+        """
+        previous = self._previous
+        if previous is None or time.monotonic() < self._reusable_at:
+            return False
+        self._previous = None  # written into from here: no longer the previous version
+        end = written.prefix + len(new)
+        tail = self._tail()
+        try:
+            with (
+                _workdir.open_in(folder, self._name) as current,
+                _open_ours(folder, self._previous_name, previous.identity) as target,
+            ):
+                if _identity(os.fstat(current.fileno())) != written.identity:
+                    return False
+                _copy_range(current.fileno(), target, previous.prefix, written.prefix)
+                _workdir.write_all(target, new + tail, offset=written.prefix)
+                os.ftruncate(target, end + len(tail))
+                identity = _identity(os.fstat(target))
+        except OSError:
+            return False
+        if not _workdir.exchange(folder, self._previous_name, self._name):
+            return False
+        self._displaced(written)
+        self._written = _Written(written.cells + cells, end, identity)
+        return True
 
     def _own_folder(self) -> tuple[int, list[str]]:
         parts = [*self._folder, self._name]
@@ -190,16 +278,50 @@ class Transcript:
         self._root.mkdir(parents=True, exist_ok=True)
         return _workdir.own_folder(self._root, parts)
 
-    def _replace(self, folder: int, temp: str, fd: int, cells: int, prefix: int) -> None:
-        """Puts the written temp file in place; its stat is the file's from then on."""
+    def _install(self, folder: int, temp: str, fd: int, cells: int, prefix: int) -> None:
+        """Puts the written temp file in place; its stat is the file's from then on.
+
+        Swapped with the file there when it can be: the file displaced, when
+        this process wrote it, is kept as the previous version for the next
+        write (``_advance``); a file someone else wrote is kept there too, as
+        a copy of what was replaced, but never written into.
+        """
         try:
-            stat = os.fstat(fd)
+            identity = _identity(os.fstat(fd))
         finally:
             os.close(fd)
-        note = _workdir.put_in_place(folder, temp, self._name, self._shown)
+        displaced = self._written
+        self._previous = None
+        try:
+            swapped = _workdir.exchange(folder, temp, self._name)
+        except OSError:
+            swapped = False
+        if swapped:
+            # Unlinked first, so that the rename replaces no file: on ext4 that
+            # would start the displaced file's writeback, in proportion to its size.
+            with contextlib.suppress(OSError):
+                os.unlink(self._previous_name, dir_fd=folder)  # a file, or a planted link
+            note = _workdir.put_in_place(folder, temp, self._previous_name, self._previous_name)
+            if displaced is not None and _identity_in(folder, self._previous_name) == (
+                displaced.identity
+            ):
+                self._displaced(displaced)
+        else:
+            note = _workdir.put_in_place(folder, temp, self._name, self._shown)
         if note:
             log.warning("kernelexec: %s", note)
-        self._written = _Written(cells, prefix, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
+        self._written = _Written(cells, prefix, identity)
+
+    def _displaced(self, written: _Written) -> None:
+        """Keeps the file just swapped out as the previous version, to be written into later.
+
+        Not at once: a reader that opened it while it was the notebook reads
+        it whole only while nobody writes into it. It is left alone for the
+        time a slow reader takes to read it (``_READ_GRACE``, plus its size at
+        ``_READ_RATE``); a write before that makes a new file instead.
+        """
+        self._previous = written
+        self._reusable_at = time.monotonic() + _READ_GRACE + written.identity[1] / _READ_RATE
 
     def _tail(self) -> bytes:
         return (
@@ -348,7 +470,7 @@ def _extend(
     try:
         with _workdir.open_in(folder, name) as source:
             stat = os.fstat(source.fileno())
-            if (stat.st_ino, stat.st_size, stat.st_mtime_ns) != identity:
+            if _identity(stat) != identity:
                 return False
             copied = 0
             while copied < keep:
@@ -360,6 +482,40 @@ def _extend(
     except OSError:
         return False
     return True
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int, int]:
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _identity_in(folder: int, name: str) -> tuple[int, int, int] | None:
+    """The identity of the regular file at ``name`` (a link is not followed), else None."""
+    try:
+        stat = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError:
+        return None
+    return _identity(stat) if S_ISREG(stat.st_mode) else None
+
+
+@contextlib.contextmanager
+def _open_ours(folder: int, name: str, identity: tuple[int, int, int]) -> Iterator[int]:
+    """``name`` opened for writing, when it is the file of that ``identity`` (else OSError)."""
+    fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    try:
+        if _identity(os.fstat(fd)) != identity:
+            raise FileExistsError(errno.ESTALE, "not the file kernelexec left there", name)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _copy_range(source: int, target: int, start: int, end: int) -> None:
+    """Copies ``source``'s bytes ``start:end`` to the same place in ``target``, inside the OS."""
+    while start < end:
+        step = os.copy_file_range(source, target, end - start, start, start)
+        if step <= 0:
+            raise OSError(errno.EIO, "the notebook is shorter than kernelexec wrote it")
+        start += step
 
 
 def _dump(cell: dict[str, Any]) -> str:

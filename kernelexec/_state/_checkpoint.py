@@ -312,11 +312,14 @@ def _files_to_copy(work_dir: Path, target: _Target, staging: str, notebook: Path
     if listing.truncated:
         wanted.left_out.append("files past the first 100,000")
     notebook_rel = os.path.relpath(notebook, work_dir)
+    previous = os.path.join(os.path.dirname(notebook_rel), _workdir.previous_of(notebook.name))
     own = "/".join(target.prefix) + "/" if target.root == work_dir else None
     for entry in listing.files:
         first = entry.path.split("/", 1)[0]
         if first in (staging, DEFAULT_FOLDER) or (own and entry.path.startswith(own)):
             continue  # ours: staging, this and earlier checkpoints
+        if entry.path == previous:
+            continue  # the transcript's previous version: the transcript is copied
         name = "transcript.ipynb" if entry.path == notebook_rel else f"files/{entry.path}"
         wanted.copies.append((entry.path, name))
         wanted.size += entry.size

@@ -80,12 +80,13 @@ def copy_files(
             was copied is removed).
     """
     listing = _workdir.list_tree(work_dir, max_files=100_000)
-    transcript = None if notebook is None else notebook.resolve()
+    ours = set() if notebook is None else {notebook.resolve()}
+    ours |= {p.parent / _workdir.previous_of(p.name) for p in ours}
     wanted = [
         entry
         for entry in listing.files
         if entry.path.split("/", 1)[0] != _CHECKPOINTS
-        and (transcript is None or (work_dir / entry.path).resolve() != transcript)
+        and (work_dir / entry.path).resolve() not in ours
     ]
     left = sum(entry.size for entry in wanted)
     _disk.check(

@@ -35,7 +35,18 @@ from ._open import Refused, locate, open_folder, open_in, open_read, parts_of, r
 from ._reading import Reading
 from ._tree import Entry, Listing, list_tree, remove_in, remove_tree
 from ._upload import Upload
-from ._write import copy, copy_data, create, own_folder, put_in_place, temp_file, write, write_all
+from ._write import (
+    copy,
+    copy_data,
+    create,
+    exchange,
+    own_folder,
+    previous_of,
+    put_in_place,
+    temp_file,
+    write,
+    write_all,
+)
 
 __all__ = [
     "Entry",
@@ -46,6 +57,7 @@ __all__ = [
     "copy",
     "copy_data",
     "create",
+    "exchange",
     "list_tree",
     "locate",
     "open_folder",
@@ -53,6 +65,7 @@ __all__ = [
     "open_read",
     "own_folder",
     "parts_of",
+    "previous_of",
     "put_in_place",
     "read_kept",
     "remove_in",

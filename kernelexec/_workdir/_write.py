@@ -9,6 +9,7 @@ when opened.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import secrets
@@ -23,7 +24,9 @@ __all__ = [
     "copy",
     "copy_data",
     "create",
+    "exchange",
     "own_folder",
+    "previous_of",
     "put_in_place",
     "temp_file",
     "write",
@@ -70,6 +73,49 @@ def put_in_place(folder: int, temp: str, name: str, shown: str) -> str | None:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=folder)
         raise
+
+
+def previous_of(name: str) -> str:
+    """The hidden name beside ``name`` where kernelexec keeps that file's previous version.
+
+    The transcript's (``_session/_transcript.py``): not a file of the session's,
+    so a fork's or a checkpoint's copy of the work dir leaves it out.
+    """
+    return f".{name}.previous"
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_libc: ctypes.CDLL | None = None
+
+
+def exchange(folder: int, one: str, other: str) -> bool:
+    """Swaps what the names ``one`` and ``other`` in ``folder`` hold, in one step.
+
+    ``renameat2(RENAME_EXCHANGE)``: a reader of either name sees the one file
+    or the other, never neither; no link is followed, no file is written, and
+    unlike a rename over a file, ext4 does not start the displaced file's
+    writeback first (``auto_da_alloc``), which costs in proportion to its size.
+
+    Returns:
+        False, with nothing moved, where it cannot be done: no such call (not
+        Linux, or a C library without it), a file system that cannot swap, or
+        either name missing.
+
+    Raises:
+        OSError: it failed for another reason.
+    """
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(_libc, "renameat2", None)
+    if call is None:
+        return False
+    if call(folder, os.fsencode(one), folder, os.fsencode(other), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOENT, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(code, os.strerror(code), other)
 
 
 def _move_aside(folder: int, name: str, shown: str) -> str | None:
@@ -263,8 +309,12 @@ def _copy_range(source: int, target: int, start: int, end: int) -> int:
     return done
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Writes all of ``data`` to ``fd`` (os.write may take part of it)."""
+def write_all(fd: int, data: bytes, offset: int | None = None) -> None:
+    """Writes all of ``data`` to ``fd`` (os.write may take part of it), at ``offset`` if given."""
     rest = memoryview(data)
     while rest:
-        rest = rest[os.write(fd, rest) :]
+        if offset is None:
+            rest = rest[os.write(fd, rest) :]
+        else:
+            done = os.pwrite(fd, rest, offset)
+            rest, offset = rest[done:], offset + done
