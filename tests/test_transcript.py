@@ -358,6 +358,8 @@ async def test_the_kernel_cannot_turn_the_previous_version_against_the_host(
         f"open({name!r}, 'r+b').write(b'garbage')",
         # a hard link to the notebook itself
         f"import os; os.remove({name!r}); os.link('transcript.ipynb', {name!r})",
+        # a pipe nobody reads: opened for writing, it would block for ever
+        f"import os; os.remove({name!r}); os.mkfifo({name!r})",
     ]
     async with AsyncSession(work) as s:
         for i in range(3):
@@ -366,7 +368,9 @@ async def test_the_kernel_cannot_turn_the_previous_version_against_the_host(
             planted = await s.execute(attack)
             assert planted.ok, planted.text
             for i in range(2):
-                await s.execute(f"print('after', {i})")
+                after = await asyncio.wait_for(s.execute(f"print('after', {i})"), 60)
+                assert after.stdout == f"after {i}\n"
+                await asyncio.sleep(0.1)  # past the grace: the next write takes the swap
     assert outside.read_text() == "the host's"
     [aside] = work.glob(f"{name}.moved-*")
     assert (aside / "kept").read_text() == "kept"

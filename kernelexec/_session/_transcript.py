@@ -500,10 +500,13 @@ def _identity_in(folder: int, name: str) -> tuple[int, int, int] | None:
 @contextlib.contextmanager
 def _open_ours(folder: int, name: str, identity: tuple[int, int, int]) -> Iterator[int]:
     """``name`` opened for writing, when it is the file of that ``identity`` (else OSError)."""
-    fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    # Non-blocking: opening a pipe the kernel put there would wait for a reader forever.
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    fd = os.open(name, flags, dir_fd=folder)
     try:
         if _identity(os.fstat(fd)) != identity:
             raise FileExistsError(errno.ESTALE, "not the file kernelexec left there", name)
+        os.set_blocking(fd, True)
         yield fd
     finally:
         os.close(fd)
