@@ -411,12 +411,23 @@ def test_a_connection_flooding_the_kernel_with_executions_is_refused_past_a_boun
         # The kernel is interrupted: the sleep stops, and what was queued behind it is
         # aborted (ipykernel's way); the connection works on.
         assert server.http.post(f"/api/kernels/{session_id}/interrupt").status_code == 204
-        last_sent = queued[-2]["header"]["msg_id"]
-        while True:
+        # Read until the last one sent has its reply and each that ran has its idle too:
+        # on a loaded machine some reach the kernel after it dropped its queue and run,
+        # and one closed before its idle would be recorded "detached".
+        sent = {m["header"]["msg_id"] for m in [busy, *queued[:-1]]}
+        last_sent, replied, ran, idle = queued[-2]["header"]["msg_id"], False, set(), set()
+        while not (replied and ran <= idle):
             reply = json.loads(ws.recv())
+            parent = reply["parent_header"].get("msg_id")
+            if parent not in sent:
+                continue
             if reply["msg_type"] == "execute_reply":
-                if reply["parent_header"].get("msg_id") == last_sent:
-                    break
+                replied = replied or parent == last_sent
+                content = reply["content"]
+                if content["status"] != "aborted" and content.get("ename") != "Aborted":
+                    ran.add(parent)  # an aborted one's reply comes alone, with no idle
+            elif reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+                idle.add(parent)
     finally:
         ws.close()
     # ipykernel aborts what reaches it while it drops the queue; then the next one runs.
