@@ -254,7 +254,11 @@ class Transcript:
             ):
                 if _identity(os.fstat(current.fileno())) != written.identity:
                     return False
-                _copy_range(current.fileno(), target, previous.prefix, written.prefix)
+                copied = _workdir.copy_range(
+                    current.fileno(), target, previous.prefix, written.prefix
+                )
+                if copied != written.prefix - previous.prefix:
+                    return False  # the notebook is shorter than this process wrote it
                 _workdir.write_all(target, new + tail, offset=written.prefix)
                 os.ftruncate(target, end + len(tail))
                 identity = _identity(os.fstat(target))
@@ -459,26 +463,18 @@ def _extend(
     """Writes the first ``keep`` bytes of the file ``name``, then ``more``, to ``target``.
 
     Only when ``name`` is still the file this process wrote (``identity``),
-    checked on the open file itself, so the copy is of that very file. The
-    copy happens inside the OS, so it costs no Python time however large the
-    notebook. False when it cannot be done this way: another file (or a link)
-    at the name, no copy_file_range, a file system that cannot copy ranges.
+    checked on the open file itself, so the copy is of that very file; inside
+    the OS where it can be (``_workdir.copy_range``). False when it cannot be
+    done this way: another file (or a link) at the name, or one shorter than
+    this process wrote it.
     """
-    copy = getattr(os, "copy_file_range", None)
-    if copy is None:
-        return False
     try:
         with _workdir.open_in(folder, name) as source:
-            stat = os.fstat(source.fileno())
-            if _identity(stat) != identity:
+            if _identity(os.fstat(source.fileno())) != identity:
                 return False
-            copied = 0
-            while copied < keep:
-                step = copy(source.fileno(), target, keep - copied)
-                if step <= 0:
-                    return False  # the file is shorter than this process wrote it
-                copied += step
-        _workdir.write_all(target, more)
+            if _workdir.copy_range(source.fileno(), target, 0, keep) != keep:
+                return False  # the file is shorter than this process wrote it
+        _workdir.write_all(target, more, offset=keep)
     except OSError:
         return False
     return True
@@ -510,15 +506,6 @@ def _open_ours(folder: int, name: str, identity: tuple[int, int, int]) -> Iterat
         yield fd
     finally:
         os.close(fd)
-
-
-def _copy_range(source: int, target: int, start: int, end: int) -> None:
-    """Copies ``source``'s bytes ``start:end`` to the same place in ``target``, inside the OS."""
-    while start < end:
-        step = os.copy_file_range(source, target, end - start, start, start)
-        if step <= 0:
-            raise OSError(errno.EIO, "the notebook is shorter than kernelexec wrote it")
-        start += step
 
 
 def _dump(cell: dict[str, Any]) -> str:

@@ -38,6 +38,7 @@ from ._upload import Upload
 from ._write import (
     copy,
     copy_data,
+    copy_range,
     create,
     exchange,
     own_folder,
@@ -56,6 +57,7 @@ __all__ = [
     "Upload",
     "copy",
     "copy_data",
+    "copy_range",
     "create",
     "exchange",
     "list_tree",

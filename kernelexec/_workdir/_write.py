@@ -23,6 +23,7 @@ from ._open import ATTEMPTS, CLOEXEC, Refused, enter, kind_of, open_folder, open
 __all__ = [
     "copy",
     "copy_data",
+    "copy_range",
     "create",
     "exchange",
     "own_folder",
@@ -279,14 +280,17 @@ def copy_data(source: int, target: int, size: int) -> int:
                 start, end = offset, size  # holes unknown here: copy it all
         if start >= size:
             break
-        written += _copy_range(source, target, start, end)
+        written += copy_range(source, target, start, end)
         offset = end
     os.ftruncate(target, size)  # a hole at the end, and a file that shrank meanwhile
     return written
 
 
-def _copy_range(source: int, target: int, start: int, end: int) -> int:
-    """Copies bytes ``start`` to ``end`` at the same offsets; how many (fewer at end of file)."""
+def copy_range(source: int, target: int, start: int, end: int) -> int:
+    """Copies bytes ``start`` to ``end`` at the same offsets; how many (fewer at end of file).
+
+    Inside the OS (``copy_file_range``) where it can, else through this process.
+    """
     done = 0
     copy_range = getattr(os, "copy_file_range", None)
     while start + done < end:
