@@ -24,6 +24,7 @@ KERNEL_SIDE_TESTS = [
     "tests/test_late_output.py",
     "tests/test_kernel_quick.py",
     "tests/test_made_shell.py",
+    "tests/test_one_shell.py",
 ]
 
 

@@ -29,13 +29,26 @@ ipykernel we support, so an upgrade that moves them fails there, loudly):
   ``text/plain`` has anything to say. Where no formatter has a printer
   registered for the value's type (or for the value itself), only
   ``text/plain`` is asked, as IPython would have found.
+- **one shell, read by the main thread**: ipykernel 7 reads the shell socket
+  in a thread of its own (``Shell channel``) so that it can hand requests to
+  subshells (JEP 91), and every request and reply then crosses threads twice
+  (through inproc sockets): about a quarter of an idle kernel's CPU per
+  execution, and a thread. A kernelexec kernel has no subshells unless
+  ``KERNELEXEC_SUBSHELLS=1`` is in its environment: its main thread reads the
+  shell socket, as ipykernel 6 did; ``kernel_info`` then does not list
+  "kernel subshells", so a client (JupyterLab) sends everything to the one
+  shell, and a ``create_subshell_request`` gets an error reply (ipykernel
+  would send none). Only for ipykernel's own kernel class (one configured in
+  its place keeps the thread).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +56,7 @@ from typing import Any
 # registered printer could give them a format other than text/plain.
 _PLAIN_TYPES = (int, float, complex, bool, str, bytes)
 _SIGNATURES_KEPT = 64
+SUBSHELLS_VARIABLE = "KERNELEXEC_SUBSHELLS"  # 1: the kernel keeps ipykernel's subshells
 # Made in the zygote, shared by its kernels: how many modules were loaded, their
 # files as ipykernel lists them, their names as IPython keeps them.
 _known_count = -1
@@ -61,6 +75,8 @@ def install(app: Any) -> list[str]:
         applied.append("plain-values")
     kernel = getattr(app, "kernel", None)
     shell = getattr(app, "shell", None)
+    if isinstance(getattr(kernel, "shell_channel_thread", None), _NoShellChannel):
+        applied.append("one-shell")
     if _known_modules is not None and (
         getattr(kernel, "_kernel_modules", None) is _known_modules
         or getattr(shell, "_sys_modules_keys", None) is _known_names
@@ -88,10 +104,26 @@ def _nothing_loaded_since() -> bool:
 
 
 def lean_app(base: type) -> type:
-    """``base`` (ipykernel's app) whose kernel and shell take the zygote's module lists."""
+    """``base`` (ipykernel's app) whose kernel and shell take the zygote's module lists,
+    and whose kernel reads the shell socket in its main thread (no subshells)."""
 
     class LeanKernelApp(base):  # type: ignore[misc]
+        def init_sockets(self) -> None:
+            from ipykernel import kernelapp
+
+            if _wants_subshells() or _one_shell_kernel(getattr(self, "kernel_class", None)) is None:
+                super().init_sockets()
+                return
+            with _replaced(kernelapp, "ShellChannelThread", _no_thread):
+                super().init_sockets()
+
         def init_kernel(self) -> None:
+            one_shell = _one_shell_kernel(getattr(self, "kernel_class", None))
+            if one_shell is not None and getattr(self, "shell_channel_thread", 0) is None:
+                self.kernel_class = one_shell
+            self._init_lean_kernel()
+
+        def _init_lean_kernel(self) -> None:
             if not _nothing_loaded_since():
                 super().init_kernel()  # not from a zygote, or more modules: scanned
                 return
@@ -122,15 +154,108 @@ def lean_app(base: type) -> type:
     return LeanKernelApp
 
 
+def _wants_subshells() -> bool:
+    value = os.environ.get(SUBSHELLS_VARIABLE, "").strip().lower()
+    return value in ("1", "true", "yes", "on")
+
+
+def _no_thread(*args: Any, **kwargs: Any) -> None:
+    return None  # what the app makes in place of its shell channel thread
+
+
 @contextlib.contextmanager
-def _no_modules_in(module: Any) -> Iterator[None]:
-    """While in the block, ``module``'s ``sys`` has no modules to scan."""
-    real = vars(module)["sys"]
-    vars(module)["sys"] = _NoModulesSys(real)
+def _replaced(module: Any, name: str, value: Any) -> Iterator[None]:
+    """While in the block, ``module``'s global ``name`` is ``value`` (if it has one)."""
+    names = vars(module)
+    if name not in names:
+        yield  # an ipykernel without it: nothing to replace
+        return
+    real = names[name]
+    names[name] = value
     try:
         yield
     finally:
-        vars(module)["sys"] = real
+        names[name] = real
+
+
+class _NoShellChannel:
+    """Where ipykernel looks for its shell channel thread, in a kernel that has none.
+
+    False, so ipykernel takes its paths for a kernel without one (``if
+    self.shell_channel_thread:``); its ``parent_thread`` is the thread that
+    runs the shell, which ipykernel 7.4 asks for, unchecked, before an async
+    cell (to cancel it on an interrupt there, as in the main shell).
+    """
+
+    def __init__(self) -> None:
+        self.parent_thread = threading.current_thread()
+
+    def __bool__(self) -> bool:
+        return False
+
+
+_one_shell_class: dict[type, type] = {}
+_NO_SUBSHELLS = {
+    "status": "error",
+    "ename": "SubshellsOff",
+    "evalue": f"this kernel has no subshells; {SUBSHELLS_VARIABLE}=1 in its environment keeps them",
+    "traceback": [],
+}
+
+
+def _one_shell_kernel(kernel_class: Any) -> type | None:
+    """ipykernel's kernel class, with no shell channel thread; None where that cannot be."""
+    from ipykernel import ipkernel, kernelbase
+
+    if kernel_class is not ipkernel.IPythonKernel:
+        return None
+    supports = vars(kernelbase.Kernel).get("_supports_kernel_subshells")
+    if not isinstance(supports, property) or not kernel_class.class_traits().get(
+        "shell_channel_thread"
+    ):
+        return None  # not the ipykernel 7 this was written against
+    if kernel_class not in _one_shell_class:
+
+        class OneShellKernel(kernel_class):  # type: ignore[misc]
+            """ipykernel's kernel, its shell socket read by the main thread (no subshells)."""
+
+            def __init__(self, **kwargs: Any) -> None:
+                super().__init__(**kwargs)
+                if getattr(self, "shell_channel_thread", None) is None:
+                    self.shell_channel_thread = _NoShellChannel()
+
+            @property
+            def _supports_kernel_subshells(self) -> bool:
+                return bool(self.shell_channel_thread)
+
+            # ipykernel answers these with nothing where it has no subshells: a
+            # client that asks anyway (kernel_info does not list them) would wait.
+            async def create_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:
+                await self._subshell_request(socket, ident, parent, "create")
+
+            async def delete_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:
+                await self._subshell_request(socket, ident, parent, "delete")
+
+            async def list_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:
+                await self._subshell_request(socket, ident, parent, "list")
+
+            async def _subshell_request(
+                self, socket: Any, ident: Any, parent: Any, verb: str
+            ) -> None:
+                if self._supports_kernel_subshells:
+                    await getattr(super(), f"{verb}_subshell_request")(socket, ident, parent)
+                    return
+                content = _NO_SUBSHELLS if verb != "list" else {"status": "ok", "subshell_id": []}
+                self.session.send(socket, f"{verb}_subshell_reply", content, parent, ident)
+
+        OneShellKernel.__qualname__ = OneShellKernel.__name__
+        _one_shell_class[kernel_class] = OneShellKernel
+    return _one_shell_class[kernel_class]
+
+
+def _no_modules_in(module: Any) -> contextlib.AbstractContextManager[None]:
+    """While in the block, ``module``'s ``sys`` has no modules to scan."""
+    return _replaced(module, "sys", _NoModulesSys(vars(module)["sys"]))
 
 
 class _NoModulesSys:
