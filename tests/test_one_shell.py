@@ -116,3 +116,36 @@ async def test_requests_queued_behind_an_error_are_aborted_and_the_next_runs(kin
         client.stop_channels()
     assert statuses == ["error", "aborted", "aborted"], statuses
     assert last["content"]["status"] == "ok", last["content"]
+
+
+ECHO_TARGET = """
+def _echo(comm, opened):
+    @comm.on_msg
+    def _(msg):
+        comm.send({"echo": msg["content"]["data"]})
+get_ipython().kernel.comm_manager.register_target("echo", _echo)
+"""
+
+
+async def test_comms_reach_the_kernel_and_answer(kind: Any) -> None:
+    # What widgets run on: JupyterLab sends comms to the one shell where the
+    # kernel lists no subshells.
+    _, session = kind
+    registered = await session.execute(ECHO_TARGET)
+    assert registered.ok, registered.text
+    client = await _client(session)
+    try:
+        opened = client.session.msg(
+            "comm_open", {"comm_id": "c1", "target_name": "echo", "data": {}}
+        )
+        client.shell_channel.send(opened)
+        sent = client.session.msg("comm_msg", {"comm_id": "c1", "data": {"x": 1}})
+        client.shell_channel.send(sent)
+        while True:
+            message = await asyncio.wait_for(client.get_iopub_msg(), 30)
+            if message["msg_type"] == "comm_msg":
+                break
+    finally:
+        client.stop_channels()
+    assert message["content"]["data"] == {"echo": {"x": 1}}, message["content"]
+    assert (await session.execute("print(40 + 2)")).stdout == "42\n"
