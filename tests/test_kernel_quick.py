@@ -8,6 +8,7 @@ an upgrade that moves them fails here, not silently for users.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from kernelexec import AsyncSession
 from kernelexec._kernel import quick
@@ -38,9 +39,24 @@ async def test_every_change_applies_on_this_ipykernel(session: AsyncSession) -> 
     # and "modules" where the kernel came from a zygote (tests/test_zygote.py);
     # "one-shell" unless the kernel keeps subshells (tests/test_one_shell.py)
     assert applied in (
-        "['log', 'signatures', 'plain-values', 'one-shell']",
-        "['log', 'signatures', 'plain-values', 'one-shell', 'modules']",
+        "['log', 'signatures', 'plain-values', 'one-shell', 'signal-wakeup']",
+        "['log', 'signatures', 'plain-values', 'one-shell', 'signal-wakeup', 'modules']",
     ), applied
+
+
+async def test_an_interrupt_stops_an_awaiting_cell_at_once_and_keeps_the_state(
+    tmp_path: Path,
+) -> None:
+    # The interrupt's handler ran only when the event loop next woke: a cell
+    # awaiting two minutes outlived its timeout and the grace, and the kernel
+    # was restarted, its variables lost.
+    async with AsyncSession(tmp_path / "work", timeout=3) as session:
+        assert (await session.execute("keep = 42")).ok
+        result = await session.execute("import asyncio\nawait asyncio.sleep(120)")
+        assert result.status == "timeout", result.text
+        assert "restarted" not in result.text, result.text
+        after = await session.execute("print(keep)")
+        assert after.stdout == "42\n", after.text
 
 
 async def test_plain_values_are_formatted_as_ipython_formats_them(session: AsyncSession) -> None:

@@ -40,6 +40,11 @@ ipykernel we support, so an upgrade that moves them fails there, loudly):
   shell, and a ``create_subshell_request`` gets an error reply (ipykernel
   would send none). Only for ipykernel's own kernel class (one configured in
   its place keeps the thread).
+- **signals wake the event loop**: a signal's Python handler runs only once the
+  main thread runs Python again, and the loop waiting on its sockets did not,
+  so an interrupt reached an async cell only when the loop next woke (a cell
+  awaiting a minute, a minute later, and a timeout restarted the kernel). A
+  wakeup pipe the loop reads (``signal.set_wakeup_fd``) wakes it at once.
 """
 
 from __future__ import annotations
@@ -77,6 +82,8 @@ def install(app: Any) -> list[str]:
     shell = getattr(app, "shell", None)
     if isinstance(getattr(kernel, "shell_channel_thread", None), _NoShellChannel):
         applied.append("one-shell")
+    if kernel is not None and _wake_on_signals(kernel):
+        applied.append("signal-wakeup")
     if _known_modules is not None and (
         getattr(kernel, "_kernel_modules", None) is _known_modules
         or getattr(shell, "_sys_modules_keys", None) is _known_names
@@ -152,6 +159,69 @@ def lean_app(base: type) -> type:
             self.shell._sys_modules_keys = names
 
     return LeanKernelApp
+
+
+_wakeup: list[int] = []  # [pid, read end, write end] of the pipe signals wake the loop through
+
+
+def _wake_on_signals(kernel: Any) -> bool:
+    """A signal wakes the kernel's event loop, so its Python handler runs at once.
+
+    Python runs a signal's handler in the main thread, between bytecodes; while
+    the event loop waits in ``epoll`` for a socket, none run. ipykernel puts in
+    a SIGINT handler for an async cell that cancels it, and an interrupt then
+    waited for the loop's next wake: a cell awaiting a minute ended when the
+    minute did, and a timeout restarted the kernel. asyncio wakes its loop only
+    for handlers set with ``add_signal_handler``; this sets a wakeup pipe the
+    loop reads, once the loop runs (in a forked kernel, again). The kernel's
+    ``start`` is where ipykernel takes its loop (``io_loop``), so the pipe is
+    set up from there.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    start = kernel.start
+
+    def start_and_wake() -> None:
+        start()
+        loop = getattr(kernel, "io_loop", None)
+        if loop is not None:
+            loop.add_callback(_set_wakeup)
+
+    kernel.start = start_and_wake
+    return True
+
+
+def _set_wakeup() -> None:
+    import asyncio
+    import signal
+
+    if _wakeup and _wakeup[0] == os.getpid():
+        return
+    inherited = _wakeup[2] if _wakeup else None
+    for fd in _wakeup[1:]:  # a forked kernel's parent's pipe
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _wakeup.clear()
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    try:
+        before = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        before = -2  # not settable here: leave signals as they are
+    if before not in (-1, inherited):  # someone's (asyncio's add_signal_handler): it wakes a loop
+        if before >= 0:
+            signal.set_wakeup_fd(before, warn_on_full_buffer=False)
+        os.close(read)
+        os.close(write)
+        return
+    asyncio.get_running_loop().add_reader(read, _drain, read)
+    _wakeup[:] = [os.getpid(), read, write]
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.read(fd, 4096)  # signal numbers: their handlers run as Python regains control
 
 
 def _wants_subshells() -> bool:
