@@ -39,7 +39,7 @@ from _contained import (
 
 from kernelexec import ConfigurationError, Sandbox, Session
 from kernelexec._backends import _zygote
-from kernelexec._kernel.guard import descendants
+from kernelexec._kernel.guard import FD_TABLE_SLOTS, descendants
 
 pytestmark = CONTAINABLE
 
@@ -71,6 +71,11 @@ def contained(
 def test_the_policy_is_the_sessions_and_code_runs(contained: Session) -> None:
     assert contained.sandbox == Sandbox()
     assert contained.execute("1 + 1").text.strip() == "2"
+    # Its table of descriptors was grown at boot as an uncontained kernel's is
+    # (tests/test_fork.py), after its last fork, with Landlock's rules in force.
+    status = "open('/proc/self/status').read()"
+    size = contained.execute(f"print({status}.split('FDSize:')[1].split()[0])")
+    assert int(size.stdout) >= FD_TABLE_SLOTS, size.text
 
 
 def test_secrets_of_the_home_another_session_and_the_store_are_not_read(

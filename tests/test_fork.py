@@ -20,7 +20,7 @@ from conftest import SOON, process_gone
 from servers import kernel_image
 
 from kernelexec import AsyncSession, DockerBackend, Session, SessionBusyError
-from kernelexec._kernel.guard import descendants
+from kernelexec._kernel.guard import FD_TABLE_SLOTS, descendants
 
 # Every test here holds for a parent forked from a zygote and for a spawned one.
 # A process fork copies an uncontained kernel; a contained one is checkpointed
@@ -79,6 +79,22 @@ async def test_a_fork_holds_the_parents_state_and_its_own_files(tmp_path: Path) 
         assert str(tmp_path / "parent") in cells[0].source
         codes = [c.source for c in cells if c.cell_type == "code"]
         assert codes[0] == STATE and codes[-1].startswith("plt.figure()")
+
+
+FD_SIZE = "import re\nprint(re.search(r'FDSize:\\s+(\\d+)', open('/proc/self/status').read())[1])"
+
+
+async def test_a_kernel_and_its_fork_have_room_for_descriptors_before_threads_start(
+    tmp_path: Path,
+) -> None:
+    # Linux grows a process's table of descriptors as they pass its size (64
+    # at first), and while threads share it each growth waits for an RCU grace
+    # period: a fork passed 64 as its app made its sockets, and one socket()
+    # call took 15 ms. Each kernel grows it at boot, while it has one thread.
+    async with AsyncSession(tmp_path / "parent") as parent:
+        assert int((await parent.execute(FD_SIZE)).stdout) >= FD_TABLE_SLOTS
+        async with await parent.fork(tmp_path / "child") as child:
+            assert int((await child.execute(FD_SIZE)).stdout) >= FD_TABLE_SLOTS
 
 
 async def test_parent_and_fork_diverge_both_ways(tmp_path: Path) -> None:

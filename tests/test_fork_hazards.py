@@ -75,23 +75,31 @@ async def test_threads_children_and_listening_sockets_are_reported(tmp_path: Pat
             "worker = threading.Thread(target=time.sleep, args=(600,), name='worker')\n"
             "worker.daemon = True; worker.start()\n"
             "sleeper = subprocess.Popen(['sleep', '600'])\n"
+            # A child started by a thread that has ended since: Linux lists a
+            # child under the thread that made it, until that thread ends.
+            "started = []\n"
+            "def make(): started.append(subprocess.Popen(['sleep', '600']))\n"
+            "maker = threading.Thread(target=make)\n"
+            "maker.start(); maker.join(); orphan = started[0]\n"
             "server = socket.socket(); server.bind(('127.0.0.1', 0)); server.listen()\n"
             "port = server.getsockname()[1]\n"
         )
         assert (await parent.execute(setup)).status == "ok"
         port = (await parent.execute("print(port)")).stdout.strip()
         sleeper = (await parent.execute("print(sleeper.pid)")).stdout.strip()
+        orphan = (await parent.execute("print(orphan.pid)")).stdout.strip()
         async with await parent.fork(tmp_path / "child") as child:
             report = child.fork_report
             assert report is not None and report.method == "process", report
             text = " | ".join(report.left_behind)
             assert "'worker'" in text and f"{sleeper} (sleep)" in text, text
+            assert f"{orphan} (sleep)" in text and "2 child process(es)" in text, text
             assert f"port {port}" in text, text
             assert len(report.left_behind) == 3, report.left_behind
             # In the copy the thread is gone, as the report said.
             alive = await child.execute("print(worker.is_alive())")
             assert alive.stdout == "False\n"
-        await parent.execute("sleeper.kill(); server.close()")
+        await parent.execute("sleeper.kill(); orphan.kill(); server.close()")
 
 
 async def test_a_quiet_kernel_reports_nothing(tmp_path: Path) -> None:

@@ -167,6 +167,20 @@ async def test_a_config_file_reaches_the_made_shell_and_a_changed_one_is_not_mis
         assert "11" not in result.text and "22" in result.text, result.text
 
 
+async def test_a_fork_of_a_kernel_takes_its_parents_reading_of_the_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A kernel the zygote did not make read its arguments itself; a fork of
+    # it runs a new app on the same arguments and its own connection file,
+    # and takes that reading rather than parse them again (10 ms of its start).
+    monkeypatch.setenv("KERNELEXEC_ZYGOTE", "0")
+    async with AsyncSession(tmp_path / "a", timeout=30, sandbox=False) as parent:
+        assert (await state(parent))["parsed"] is False
+        async with await parent.fork(tmp_path / "b", method="process") as fork:
+            assert (await state(fork))["parsed"] is True
+            assert (await fork.execute("print(6 * 7)")).stdout == "42\n"
+
+
 async def test_a_kernel_cannot_hand_a_shell_of_its_making_to_a_sibling(tmp_path: Path) -> None:
     # The made shell is the zygote's object, copy-on-write in each kernel: a
     # kernel that plants its own in the module, or spoils the one it holds,

@@ -71,6 +71,11 @@ def _on_request(kernel: Any, load: Any, stream: Any, ident: Any, parent: dict[st
         declined = {"status": "declined", "hazards": hazards}
         kernel.session.send(stream, REPLY, declined, parent, ident)
         return
+    # The module lists a kernel makes as it starts (``quick.py``), made here, in
+    # the parent, where the modules' pages are its own: in the child the same
+    # scan writes to every module object's page, copying each (some 5 ms and
+    # MBs per fork). Made again only once the code has loaded modules since.
+    load("quick").remember_modules(changed_only=True)
     # Whatever this kernel has buffered is its own output, not the child's.
     for stream_ in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

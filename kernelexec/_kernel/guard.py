@@ -74,6 +74,7 @@ _CAPABILITY_VERSION_3 = 0x20080522
 # files (it could have cron run something with every capability): these drops
 # close the direct reads; hostile code belongs in a non-root or Docker kernel.
 DROPPED_CAPABILITIES = (16, 17, 19, 21, 38, 39)
+FD_TABLE_SLOTS = 512  # a kernel's table of descriptors, grown at boot (grow_fd_table)
 _POLL = 0.2  # seconds between looks at the owner
 _END_WITHIN = 10.0  # seconds end_tree keeps at it (a process stuck in the OS)
 _PRIVATE_TMP = "tmp"  # a contained kernel's temp dir, in the dir of its sockets
@@ -123,9 +124,41 @@ def protect(
             parent = os.getppid()
     elif box is not None:
         box.refuse("no child subreaper (Linux 3.4) to supervise the kernel")
+    grow_fd_table()  # here: a fork's table fits the descriptors open, and from here on, threads
     threading.Thread(
         target=_watch_parent, args=(parent, connection_file, info), daemon=True
     ).start()
+
+
+def grow_fd_table(slots: int = FD_TABLE_SLOTS) -> bool:
+    """Grows this process's table of descriptors to ``slots``; call it while it has one thread.
+
+    Linux grows the table as descriptors pass its size (64, then powers of
+    two), and while more than one thread shares it each growth waits for an
+    RCU grace period (``expand_fdtable``): 10 to 15 ms here, in the middle of
+    whatever call opened the descriptor. A kernel has some 55 descriptors once
+    started and a fork of one some 100, so a fork passed 64 as its app made
+    its sockets (one ``socket()`` took 14.7 ms), and any kernel did at its
+    code's first few files or subprocesses. With one thread the growth waits
+    for nothing, and the table never shrinks. Returns whether it grew (not
+    where the descriptor limit is lower, nor off Linux).
+    """
+    import fcntl
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    top = slots - 1 if soft == resource.RLIM_INFINITY else min(slots, soft) - 1
+    if not _LINUX or top < 64:
+        return False
+    # A copy of any open descriptor, at the lowest free number from top: no
+    # file is opened, so a contained kernel's Landlock rules do not matter.
+    for fd in (0, 1, 2):
+        try:
+            os.close(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, top))
+        except OSError:  # closed
+            continue
+        return True
+    return False
 
 
 def set_undumpable() -> bool:

@@ -118,13 +118,16 @@ def _fds() -> dict[int, str]:
 
 def _libgomp_ranges() -> list[tuple[int, int]]:
     """The executable mappings of libgomp in this process (none: not loaded)."""
+    with open("/proc/self/maps", "rb") as maps:
+        text = maps.read()
+    if b"libgomp" not in text:  # most kernels: no line to split (hundreds with the data stack)
+        return []
     ranges = []
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            if len(fields) >= 6 and "x" in fields[1] and "libgomp" in os.path.basename(fields[5]):
-                low, high = fields[0].split("-")
-                ranges.append((int(low, 16), int(high, 16)))
+    for line in text.decode("utf-8", "replace").splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and "x" in fields[1] and "libgomp" in os.path.basename(fields[5]):
+            low, high = fields[0].split("-")
+            ranges.append((int(low, 16), int(high, 16)))
     return ranges
 
 
@@ -187,16 +190,16 @@ def _kernels(thread: threading.Thread) -> bool:
 def _children_hazard(own: set[int]) -> dict[str, Any] | None:
     me = os.getpid()
     children = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in own:
+    for pid in _child_pids():
+        if pid in own:
             continue
         with contextlib.suppress(OSError, IndexError, ValueError):
-            with open(f"/proc/{name}/stat", "rb") as file:
+            with open(f"/proc/{pid}/stat", "rb") as file:
                 head, _, rest = file.read().rpartition(b")")
             fields = rest.split()
             if int(fields[1]) == me and fields[0] not in (b"Z", b"X"):
                 command = head.partition(b"(")[2].decode("utf-8", "replace")
-                children.append(f"{name} ({command})")
+                children.append(f"{pid} ({command})")
     if not children:
         return None
     return {
@@ -207,6 +210,19 @@ def _children_hazard(own: set[int]) -> dict[str, Any] | None:
             "parent's: in the copy their Popen objects cannot wait for them"
         ),
     }
+
+
+def _child_pids() -> list[int]:
+    """This process's children: each thread's ``children`` file (a child is its
+    creating thread's), or, where Linux has none, every process, to be read."""
+    if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):  # no CONFIG_PROC_CHILDREN
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    pids: list[int] = []
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that ended since the listing
+            with open(f"/proc/self/task/{tid}/children", "rb") as file:
+                pids.extend(int(pid) for pid in file.read().split())
+    return pids
 
 
 def _sockets_hazard(fds: dict[int, str], own_ports: set[int]) -> dict[str, Any] | None:

@@ -14,7 +14,9 @@ kernel's: its folders (IPython's and the profile's, which a contained kernel
 has of its own), its cwd, its streams, its logger and the time its history
 session started. What a kernel does with its shell afterwards (extensions,
 the inline backend, startup files, exec_lines) is done in the kernel, as
-before.
+before. A kernel the zygote did not make keeps its own reading of its
+arguments the same way, for its forks (``fork.py``), which run a new app on
+the same arguments.
 
 A kernel takes the made shell only where nothing could tell the difference:
 its configuration equals the zygote's (a config file edited since, or a
@@ -116,13 +118,15 @@ def made_app(base: type) -> type:
     class MadeShellKernelApp(base):  # type: ignore[misc]
         def parse_command_line(self, argv: Any = None) -> None:
             global parsed
-            found = _read_as_made(argv if argv is not None else sys.argv[1:])
+            given = list(argv if argv is not None else sys.argv[1:])
+            found = _read_as_made(given)
             if found is None:
                 super().parse_command_line(argv)
+                _keep_reading(given, getattr(self, "cli_config", None))
                 return
             # What traitlets' parse_command_line leaves, for arguments it has no
             # help, version or subcommand in: the same, less its parser's 10 ms.
-            self.argv = list(argv if argv is not None else sys.argv[1:])
+            self.argv = given
             self.cli_config = found
             self.update_config(found)
             self.extra_args = list[str]()
@@ -147,6 +151,31 @@ def made_app(base: type) -> type:
                 _drop(shell)
 
     return MadeShellKernelApp
+
+
+def _keep_reading(argv: list[str], cli: Any) -> None:
+    """Keeps a kernel's own reading of its arguments, for its forks (``fork.py``).
+
+    A kernel the zygote did not make read them itself; a fork of it runs a new
+    app with the same arguments but its own connection file, and takes this
+    reading as a zygote's kernel takes the zygote's (10 ms of its start). Kept
+    only where the connection file is the one value that names it.
+    """
+    global _argv, _cli
+    if _argv is not None or len(argv) < 2 or argv[0] != "-f":
+        return
+    try:
+        found = copy.deepcopy(cli)
+        named = 0
+        for section in found.values():
+            for name, value in section.items():
+                if value == argv[1]:
+                    section[name] = type(value)(_PLACEHOLDER)
+                    named += 1
+    except Exception:
+        return
+    if named == 1:
+        _argv, _cli = ["-f", _PLACEHOLDER, *argv[2:]], found
 
 
 def _read_as_made(argv: list[str]) -> Any:

@@ -19,10 +19,11 @@ ipykernel we support, so an upgrade that moves them fails there, loudly):
   their names (for ``%reset -f aggressive``), touching every module object
   and name: in a kernel forked from the zygote, the reference counts those
   scans write copy some 8 MB of the zygote's pages into the kernel (with the
-  data stack loaded). The zygote makes both once (``remember_modules``); a
-  kernel that has loaded no module since takes them as they are, and its
-  scans see no modules. One that has (``len(sys.modules)`` differs: a fork
-  of a live kernel, a startup file's import) scans as before.
+  data stack loaded). The zygote makes both once (``remember_modules``), and
+  so does a kernel about to be forked (``fork.py``), where modules were loaded
+  since; a kernel that has loaded no module since takes them as they are, and
+  its scans see no modules. One that has (``len(sys.modules)`` differs: a
+  startup file's import) scans as before.
 - **plain values**: a cell's value that is an ``int``, ``float``, ``str``...
   went through every one of IPython's formatters (about a dozen, each behind
   a ``decorator``-made wrapper that binds its arguments), to find that only
@@ -92,9 +93,15 @@ def install(app: Any) -> list[str]:
     return applied
 
 
-def remember_modules() -> None:
-    """In the zygote, its imports done: the loaded modules' files and names, made once."""
+def remember_modules(changed_only: bool = False) -> None:
+    """The loaded modules' files and names, for the kernels this process forks.
+
+    Made once in the zygote, its imports done; in a kernel about to fork
+    (``fork.py``), again where modules were loaded since (``changed_only``).
+    """
     global _known_count, _known_modules, _known_names
+    if changed_only and _nothing_loaded_since():
+        return
     _known_modules = [
         m.__file__ for m in sys.modules.copy().values() if hasattr(m, "__file__") and m.__file__
     ]
