@@ -377,6 +377,7 @@ def test_a_fork_bomb_and_a_memory_hog_stay_in_their_session(
 ) -> None:
     monkeypatch.setenv("KERNELEXEC_ZYGOTE", "0" if kind == "spawned" else "1")
     limits = Sandbox(memory=256 << 20, processes=64)
+    ours = Path("/proc/self/cgroup").read_text()
     session, opened = start_as(kind, tmp_path / "bombed", sandbox=limits)
     try:
         # Threads count too: the kernel's own take some of the 64.
@@ -393,6 +394,9 @@ def test_a_fork_bomb_and_a_memory_hog_stay_in_their_session(
         found = attempt(session, 'found = sorted(p for p in os.listdir("/proc") if p.isdigit())')
         assert found == ["1", "2"], found
         assert session.sandbox == limits
+        # This process readied Linux's cgroup lock for each start by moving
+        # itself into its own cgroups (_containment/_cgroups.py): it is still there.
+        assert Path("/proc/self/cgroup").read_text() == ours
     finally:
         for each in opened:
             each.close()
