@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -369,6 +370,51 @@ if os.fork() == 0:
 time.sleep(3)
 print(sum(1 for p in os.listdir("/proc") if p.isdigit()))
 """
+
+
+def test_readying_the_cgroup_lock_moves_no_thread_of_the_owner(tmp_path: Path) -> None:
+    # For each contained start with limits, the owner readies Linux's cgroup lock
+    # by moving one thread of its own into the cgroup that thread is in
+    # (_containment/_cgroups.py). A thread of the owner's that sits in other
+    # cgroups stays there: moving the whole process would have gathered it.
+    from kernelexec._containment import _cgroups
+
+    name = f"kernelexec-test-aside-{uuid.uuid4().hex[:8]}"
+    asides = []
+    for controller in ("memory", "pids"):
+        own = _cgroups._own(controller)
+        assert own is not None, f"no cgroup v1 {controller} hierarchy of ours (root expected)"
+        asides.append(own / name)
+        asides[-1].mkdir()
+    seated, release = threading.Event(), threading.Event()
+    found: dict[str, str] = {}
+
+    def sit() -> None:
+        for aside in asides:
+            (aside / "tasks").write_text(str(threading.get_native_id()))
+        seated.set()
+        release.wait(120)
+        found["cgroup"] = Path("/proc/thread-self/cgroup").read_text()
+
+    sitter = threading.Thread(target=sit)
+    sitter.start()
+    try:
+        assert seated.wait(10)
+        limits = Sandbox(memory=256 << 20, processes=64)
+        with Session(tmp_path / "work", sandbox=limits, timeout=60) as session:
+            assert session.execute("print(6 * 7)").stdout == "42\n"
+    finally:
+        release.set()
+        sitter.join(10)
+        for aside in asides:
+            for _ in range(100):  # the thread leaves its cgroups as it ends
+                try:
+                    aside.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.02)
+    lines = [line for line in found["cgroup"].splitlines() if f"/{name}" in line]
+    assert len(lines) == 2, found
 
 
 @pytest.mark.parametrize("kind", KINDS)
