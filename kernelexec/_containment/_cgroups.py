@@ -174,26 +174,21 @@ def _hasten_joins() -> None:
     (its id to ``tasks``, which takes the same lock), into its own cgroup, so
     no other thread of this process is touched. A move fails harmlessly.
     """
-    if _own("memory") is None and _own("pids") is None:
-        return
     threading.Thread(target=_move_into_own, name="kernelexec-cgroups-lock", daemon=True).start()
 
 
 def _move_into_own() -> None:
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/thread-self/cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            for controller in ("memory", "pids"):
-                if controller in controllers.split(","):
-                    folder = _ROOT / controller / path.lstrip("/")
-                    (folder / "tasks").write_text(str(threading.get_native_id()))
-                    return
+    folder = _own("memory", "thread-self") or _own("pids", "thread-self")
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            (folder / "tasks").write_text(str(threading.get_native_id()))
 
 
-def _own(controller: str) -> Path | None:
-    """This process's cgroup folder of a cgroup v1 ``controller``; None without one."""
+def _own(controller: str, of: str = "self") -> Path | None:
+    """This process's (``of="thread-self"``: this thread's) cgroup folder of a cgroup v1
+    ``controller``; None without one."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = Path(f"/proc/{of}/cgroup").read_text().splitlines()
     except OSError:
         return None
     for line in lines:

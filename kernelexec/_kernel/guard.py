@@ -143,12 +143,14 @@ def grow_fd_table(slots: int = FD_TABLE_SLOTS) -> bool:
     for nothing, and the table never shrinks. Returns whether it grew (not
     where the descriptor limit is lower, nor off Linux).
     """
+    if not _LINUX:
+        return False
     import fcntl
     import resource
 
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     top = slots - 1 if soft == resource.RLIM_INFINITY else min(slots, soft) - 1
-    if not _LINUX or top < 64:
+    if top < 64:
         return False
     # A copy of any open descriptor, at the lowest free number from top: no
     # file is opened, so a contained kernel's Landlock rules do not matter.
