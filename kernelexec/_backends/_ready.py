@@ -9,6 +9,9 @@ from ._base import KernelMessage
 
 __all__ = ["await_kernel_info"]
 
+# Seconds to wait for a status that may be behind its reply before asking again.
+SETTLE = 0.02
+
 
 async def await_kernel_info(
     *,
@@ -31,8 +34,11 @@ async def await_kernel_info(
     Even connected, the subscription itself may reach the kernel after it
     answered (a busy machine): a kernel that says when it takes one
     (``iopub_welcome``, ipykernel 7), and has answered on shell with nothing
-    heard on IOPub, gets the question again at once. Otherwise the question is
-    asked again every ``retry`` seconds, and the answer to any of them counts:
+    heard on IOPub, gets the question again soon: ``SETTLE`` later, unless the
+    status comes meanwhile (it travels on another socket, sent by another
+    thread of the kernel, and is often read just after the reply: a question
+    asked then only delays the first execution). Otherwise the question is asked
+    again every ``retry`` seconds, and the answer to any of them counts:
     a kernel slowed down by a busy machine may take longer than ``retry`` to
     answer each, and waiting for the latest only would never end.
 
@@ -56,7 +62,7 @@ async def await_kernel_info(
         asked.add(await ask())
         until = min(deadline, time.monotonic() + retry)
         while time.monotonic() < until:
-            item = await receive(poll)
+            item = await receive(max(0.0, min(poll, until - time.monotonic())))
             if item is None:
                 await check()
                 continue
@@ -71,9 +77,10 @@ async def await_kernel_info(
             )
             replied = replied or (channel == "shell" and about_ours)
             if welcomed and replied and not heard:
-                # The kernel answered before it took our subscription (ipykernel 7
-                # says when it takes one): its status went to nobody, and from now
-                # on it comes. Ask again now rather than after `retry`.
+                # Either the kernel answered before it took our subscription
+                # (ipykernel 7 says when it takes one) and its status went to
+                # nobody, or the status is on its way behind the reply: ask
+                # again soon, not after `retry`, and not at once.
                 welcomed = replied = False
-                break
+                until = min(until, time.monotonic() + SETTLE)
     return False
