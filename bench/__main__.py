@@ -610,7 +610,7 @@ def results_page(table: str, args: argparse.Namespace) -> str:
         f"{int(memory) // 1024 // 1024} GiB; Python {platform.python_version()}.\n"
         "A shared, noisy machine: read the ratios (against raw jupyter_client, measured in "
         f"the same run), not the absolute times. {_rounds_note(args)}\n\n"
-        f"`python -m bench {' '.join(sys.argv[1:])}`\n\n{table}\n\n"
+        f"`{' '.join(['python -m bench', *sys.argv[1:]])}`\n\n{table}\n\n"
         "- Each implementation runs in its own fresh venv under bench/.venvs (kernelexec and "
         "raw share one), so every kernel runs the same current IPython.\n"
         "- raw: jupyter_client's AsyncKernelManager and AsyncKernelClient, reading IOPub "

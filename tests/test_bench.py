@@ -41,6 +41,19 @@ def test_worker_reports_samples(impl: str, scenario: str) -> None:
     assert len(samples) == 3 and all(s > 0 for s in samples)
 
 
+def test_a_pooled_session_takes_a_kernel_from_the_pool() -> None:
+    # Once kernels were contained by default, the bench's pooled sessions had
+    # work dirs outside the pool's work_root and each started its own kernel:
+    # the pooled column measured no pool (ready 68.7 ms instead of 11).
+    assert worker("kernelexec-pooled", "ready", 2)["pooled"] == [True, True]
+
+
+def test_the_idle_scenario_measures_the_kernels_processes() -> None:
+    # A contained kernel's os.getpid() is a pid in its own PID namespace, which
+    # names another process here: the idle rows read 0 MB for kernelexec.
+    assert worker("kernelexec", "idle", 1)["uss_mb"] > 5
+
+
 @pytest.mark.parametrize("impl", ["kernelexec", "kernelexec-pooled"])
 def test_a_flood_comes_back_whole(impl: str) -> None:
     # The bench once reported a pooled session's flood as lost (0 of 100,000
