@@ -380,6 +380,9 @@ def test_a_flood_in_a_persons_cell_is_capped_in_the_agents_transcript(
     assert transcript.stat().st_size < 400_000
 
 
+BUSY = "import time; print('asleep', flush=True); time.sleep(600)"
+
+
 def test_a_connection_flooding_the_kernel_with_executions_is_refused_past_a_bound(
     server: ServerProcess,
 ) -> None:
@@ -395,19 +398,34 @@ def test_a_connection_flooding_the_kernel_with_executions_is_refused_past_a_boun
     )
     try:
         # Long enough that only the interrupt below ends it, however loaded the machine.
-        busy = execute_request("import time; time.sleep(600)")
+        busy = execute_request(BUSY)
         ws.send(json.dumps(busy))
         queued = [execute_request(f"n = {i}") for i in range(MAX_WAITING)]
         for msg in queued:
             ws.send(json.dumps(msg))
         refused_id = queued[-1]["header"]["msg_id"]  # the one past the bound
+        asleep = False
+
+        def heard(msg: dict[str, Any]) -> None:
+            nonlocal asleep
+            asleep |= (
+                msg["msg_type"] == "stream"
+                and msg["parent_header"].get("msg_id") == busy["header"]["msg_id"]
+            )
+
         while True:
             reply = json.loads(ws.recv())
+            heard(reply)
             if reply["parent_header"].get("msg_id") == refused_id:
                 break
         assert reply["msg_type"] == "execute_reply", reply
         assert reply["content"]["ename"] == "TooManyWaiting", reply
         assert f"{MAX_WAITING:,} executions" in reply["content"]["evalue"]
+        # An interrupt stops what the kernel runs when it comes: on a loaded machine
+        # the sleep may not have started yet (the kernel still starting), and would
+        # then run its 600 s. So only once it has said it sleeps.
+        while not asleep:
+            heard(json.loads(ws.recv()))
         # The kernel is interrupted: the sleep stops, and what was queued behind it is
         # aborted (ipykernel's way); the connection works on.
         assert server.http.post(f"/api/kernels/{session_id}/interrupt").status_code == 204
@@ -451,9 +469,7 @@ def test_a_connection_flooding_the_kernel_with_executions_is_refused_past_a_boun
     assert len(attached) == 1 + (MAX_WAITING - 1) + tries, (len(attached), tries)
     sources = [c.source for c in attached]
     assert f"n = {MAX_WAITING - 1}" not in sources
-    assert sorted(sources[:-tries]) == sorted(
-        ["import time; time.sleep(600)", *(f"n = {i}" for i in range(MAX_WAITING - 1))]
-    )
+    assert sorted(sources[:-tries]) == sorted([BUSY, *(f"n = {i}" for i in range(MAX_WAITING - 1))])
     statuses = [c.metadata["kernelexec"]["status"] for c in attached]
     assert statuses[-1] == "ok" and set(statuses) <= {"error", "aborted", "ok"}, statuses[-3:]
     assert statuses.count("error") == 1 and "aborted" in statuses  # the interrupted sleep
