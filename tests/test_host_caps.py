@@ -10,10 +10,11 @@ message) and stay usable.
 """
 
 # Fixtures from servers.py are imported by name and used as parameters:
-# ruff: noqa: F401
+# ruff: noqa: F401, F811
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import io
 import json
@@ -28,7 +29,7 @@ import httpx
 import pytest
 import websocket
 from _serverproc import ServerProcess, jupyter_message, peak_growth
-from conftest import SOON
+from conftest import SOON, rss_mb
 from servers import TOKEN, Gateway, kernel_image, stock_kernel_gateway, tuned_gateway
 
 from kernelexec import (
@@ -40,6 +41,7 @@ from kernelexec import (
     Limits,
 )
 from kernelexec._backends._caps import read_at_most, read_tail
+from kernelexec._backends._channels import QUEUED_BYTES
 from kernelexec._backends._rest import MAX_ANSWER_BYTES, GatewayREST
 
 SMALL_CAP = Limits(max_message_bytes=1_000_000)  # so a few MB are over it, and quick to send
@@ -76,6 +78,50 @@ MANY_FRAMES = (
 )
 
 
+# What a kernel's thread sends after its cell is over, while no execution reads.
+UNREAD_MESSAGES, UNREAD_BYTES = 40, 8_000_000  # 320 MB, each message under the 64 MB cap
+
+
+def unread_flood(marker: str, *, signed: bool) -> str:
+    """Code whose thread, once the cell is over, sends the messages, then writes ``marker``.
+
+    Raw frames need no key, and our side holds them as it holds any message
+    until an execution reads them; a gateway passes on only signed ones.
+    """
+    send = (
+        "k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'U' * n})"
+        if signed
+        else "k.iopub_socket.send_multipart([b'U' * n])"
+    )
+    return (
+        "import threading, time\n"
+        "k = get_ipython().kernel\n"
+        f"def send(n={UNREAD_BYTES}):\n"
+        "    time.sleep(0.5)\n"
+        f"    for _ in range({UNREAD_MESSAGES}):\n"
+        f"        {send}\n"
+        f"    open({marker!r}, 'w').close()\n"
+        "threading.Thread(target=send, daemon=True).start()\n"
+    )
+
+
+def held_after(marker: Path) -> float:
+    """This process's RSS growth (MB) once the kernel has sent and it stops growing."""
+    before = rss_mb()
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), "the kernel's thread never finished sending"
+    readings = [rss_mb()]
+    while time.monotonic() < deadline:  # until what is on its way has arrived
+        time.sleep(0.3)
+        readings.append(rss_mb())
+        if max(readings[-3:]) - min(readings[-3:]) < 2 and len(readings) >= 3:
+            break
+    print(f"our RSS grew {readings[-1] - before:.0f} MB with nothing read")
+    return readings[-1] - before
+
+
 @pytest.fixture(params=["local", "docker"])
 def backend(request: pytest.FixtureRequest) -> KernelBackend | None:
     """None: a local kernel; else a Docker kernel (the same ZMQ sockets, over its mount)."""
@@ -107,6 +153,38 @@ async def test_raw_iopub_messages_over_the_cap_are_dropped_and_said(
         assert took < 120, f"{took:.1f} s"
         after = await s.execute("x + 1")
         assert (after.status, after.text, after.message) == ("ok", "42\n", None)
+
+
+async def test_a_kernel_that_sends_while_nobody_reads_holds_a_few_messages_here(
+    backend: KernelBackend | None, tmp_path: Path
+) -> None:
+    # ZMQ holds what nobody has read, up to a count of messages (not bytes):
+    # with 64, this cell held 320 MB of our process until the next execution.
+    async with AsyncSession(tmp_path, backend=backend, timeout=120) as s:
+        await s.execute("x = 41")
+        started = await s.execute(unread_flood("sent", signed=False))
+        assert started.status == "ok", started
+        grown = await asyncio.to_thread(held_after, tmp_path / "sent")
+        assert grown < 160, f"our RSS grew {grown:.0f} MB with nothing read"
+        # What waited in the kernel is read (and dropped: unsigned) by the next execution.
+        after = await s.execute("x + 1")
+        assert (after.status, after.text, after.message) == ("ok", "42\n", None)
+
+
+async def test_malformed_messages_do_not_hold_back_what_comes_after_them(
+    backend: KernelBackend | None, tmp_path: Path
+) -> None:
+    # Each dropped message waited for a wakeup that never came: 30 of them made
+    # this cell's own output wait past the 2 s after its reply, and it was lost.
+    junk = (
+        "k = get_ipython().kernel\n"
+        "for _ in range(30):\n"
+        "    k.iopub_socket.send_multipart([b'junk'])\n"
+    )
+    async with AsyncSession(tmp_path, backend=backend, timeout=120) as s:
+        result = await s.execute(junk + "print('after')")
+        assert (result.status, result.stdout, result.message) == ("ok", "after\n", None)
+        assert (await s.execute("6 * 7")).text == "42\n"
 
 
 async def test_a_message_of_many_frames_over_the_cap_is_dropped(
@@ -326,6 +404,27 @@ async def test_a_gateway_kernels_messages_over_the_cap_are_drained_unread(
         assert channels.reconnects == 0 and backend.channels is channels
         after = await s.execute("x + 1")
         assert (after.status, after.text, after.message) == ("ok", "42\n", None)
+
+
+async def test_a_gateway_kernel_that_sends_while_nobody_reads_holds_a_bounded_queue_here(
+    tuned_gateway: Gateway, tmp_path: Path
+) -> None:
+    # The reader thread queued every frame it read, without end: 320 MB here.
+    # (The v1 framing only: a stock gateway's legacy one takes a minute to pass
+    # these 320 MB on, for any client; the queue is the same for both.)
+    backend = GatewayBackend(tuned_gateway.url, token=TOKEN)
+    async with AsyncSession(tmp_path, backend=backend, timeout=120) as s:
+        await s.execute("x = 41")
+        marker = tmp_path / "sent"
+        started = await s.execute(unread_flood(str(marker), signed=True))
+        assert started.status == "ok", started
+        grown = await asyncio.to_thread(held_after, marker)
+        channels = backend.channels
+        assert channels is not None
+        assert channels.queued_bytes <= QUEUED_BYTES + UNREAD_BYTES * 1.1  # and one more
+        assert grown < 160, f"our RSS grew {grown:.0f} MB with nothing read"
+        after = await s.execute("x + 1")  # the rest is read, stray output of the cell before
+        assert (after.status, after.text) == ("ok", "42\n"), after
 
 
 class _HugeAnswers(http.server.BaseHTTPRequestHandler):

@@ -17,6 +17,12 @@ comes at once) is sent again, so a blip costs seconds, not the execution.
 
 A message over the host's cap is drained unread by the reader (``_frames.py``)
 and queued as a "dropped" notice in its place; the socket stays up.
+
+What the reader has queued and nobody has taken is bounded in bytes
+(``QUEUED_BYTES``, and the one message that passes it): a kernel that sends
+while no execution reads would otherwise fill this process without end. Past
+it the reader stops reading until ``receive`` takes some, so the rest waits
+in the socket and the gateway, as a ZMQ kernel's waits in the kernel.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ __all__ = ["KernelChannels", "OpenFailed"]
 _SELECT_SECONDS = 1.0  # how often an idle reader notices close()
 _FRAME_SECONDS = 60.0  # a frame that has begun must finish within this
 RESEND_AFTER = 3.0
+QUEUED_BYTES = 16 * 2**20  # the reader pauses past this many bytes queued and not taken
 
 
 class OpenFailed(Exception):
@@ -99,7 +106,9 @@ class KernelChannels:
         self._closed = threading.Event()
         self._up = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[KernelMessage] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[KernelMessage, int]] = asyncio.Queue()
+        self._queued = 0  # bytes of the frames in _queue (a dropped notice counts 0)
+        self._taken = threading.Condition()  # guards _queued; notified as receive takes
         self._thread: threading.Thread | None = None
         # shell requests the kernel has not spoken of yet: msg_id -> (connection, msg)
         self._unanswered: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -132,16 +141,29 @@ class KernelChannels:
     async def receive(self, timeout: float) -> KernelMessage | None:
         """The next message, or None after ``timeout`` seconds."""
         if not self._queue.empty():
-            return self._queue.get_nowait()
+            return self._took(self._queue.get_nowait())
         try:
-            return await asyncio.wait_for(self._queue.get(), max(timeout, 0))
+            return self._took(await asyncio.wait_for(self._queue.get(), max(timeout, 0)))
         except asyncio.TimeoutError:
             return None
 
     def clear(self) -> None:
         """Forgets every message received so far and not yet taken."""
         while not self._queue.empty():
-            self._queue.get_nowait()
+            self._took(self._queue.get_nowait())
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of the messages received and not yet taken."""
+        return self._queued
+
+    def _took(self, entry: tuple[KernelMessage, int]) -> KernelMessage:
+        item, size = entry
+        if size:
+            with self._taken:
+                self._queued -= size
+                self._taken.notify()
+        return item
 
     def drop(self) -> None:
         """Closes the current socket as a network failure would; the reader reconnects."""
@@ -251,6 +273,10 @@ class KernelChannels:
                 continue
             if self._resend_at is not None and time.monotonic() >= self._resend_at:
                 self._resend_unanswered(ws)
+            if not self._room():
+                # Not read, so not heard: the silence was ours.
+                self.last_heard, pinged = time.monotonic(), None
+                continue
             try:
                 if not _readable(ws):
                     silent = time.monotonic() - self.last_heard
@@ -275,6 +301,13 @@ class KernelChannels:
             elif opcode in (websocket.ABNF.OPCODE_TEXT, websocket.ABNF.OPCODE_BINARY):
                 self._deliver(data.decode() if opcode == websocket.ABNF.OPCODE_TEXT else data)
 
+    def _room(self) -> bool:
+        # Whether the queue has room for another frame; waits a while for it.
+        with self._taken:
+            if self._queued >= QUEUED_BYTES:
+                self._taken.wait(_SELECT_SECONDS)
+            return self._queued < QUEUED_BYTES
+
     def _deliver(self, frame: bytes | str) -> None:
         try:
             item = _wire.decode(frame, v1=self.v1)
@@ -282,12 +315,17 @@ class KernelChannels:
             return  # not a kernel message; nothing to do with it
         if self._unanswered:
             self._unanswered.pop(str(item[1]["parent_header"].get("msg_id")), None)
-        self._put(item)
+        self._put(item, len(frame))
 
-    def _put(self, item: KernelMessage) -> None:
+    def _put(self, item: KernelMessage, size: int = 0) -> None:
         if self._loop is not None and not self._loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+            with self._taken:
+                self._queued += size
+            try:
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, size))
+            except RuntimeError:  # the loop closed meanwhile
+                with self._taken:
+                    self._queued -= size
 
     def _lost(self, ws: websocket.WebSocket) -> None:
         with self._lock:

@@ -49,10 +49,17 @@ __all__ = ["KernelSockets", "ask_control"]
 
 log = logging.getLogger("kernelexec")
 
-# Messages our side may queue unread per socket: with the boot script's stream
-# messages of at most 256 KB, 16 MB at most; beyond it they wait in the
-# kernel's process. (ZMQ's default, 1000, would let a flood fill 256 MB here.)
-_RECEIVE_QUEUE = 64
+# Messages our side may queue unread per socket (ZMQ counts messages, not
+# bytes); beyond it they wait in the kernel's process, whose IOPub never drops
+# (``guard.py``). A kernel that sends while no execution reads holds here at
+# most this many and the one being read, each under the host's cap: with 64,
+# one cell that sent raw 8 MB messages held 380 MB of this process (64 MB ones:
+# 4 GB). With the boot script's stream messages of at most 128K characters a
+# flood holds 1 MB here. Fewer costs a flood of small messages: libzmq wakes
+# the kernel's side of the pipe every half queue read: at 4, 5,000 flushed
+# prints took 1.4x their time at 64 (at 2, 20,000 of them 1.6x); at 8 no
+# change was measurable, in them or in a round trip.
+_RECEIVE_QUEUE = 8
 # Plain ints: pyzmq's enum flags make every bitwise test a slow Python call.
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
@@ -121,11 +128,14 @@ class KernelSockets:
 
     async def receive(self, timeout: float) -> KernelMessage | None:
         """The next message from any channel, or None after ``timeout`` seconds."""
-        if not self._pending:
-            self._take()
+        if not self._pending and self._take() and not self._pending:
+            # A message was read and dropped (malformed, unsigned): more may wait
+            # behind it with no wakeup to come, so look again, not at the timeout.
+            await self._skip_dropped(timeout)
         if not self._pending and self._sockets and timeout > 0:
             await self._wait(timeout)
-            self._take()
+            if self._take() and not self._pending:
+                await self._skip_dropped(timeout)
         return self._pending.popleft() if self._pending else None
 
     def put_back(self, messages: list[KernelMessage]) -> None:
@@ -140,6 +150,16 @@ class KernelSockets:
             _wake(self._waiter)
 
     # -- internals
+
+    async def _skip_dropped(self, timeout: float) -> None:
+        # Takes until a message is kept, nothing is left or ``timeout`` passes,
+        # letting the event loop run between two: a flood of junk costs this
+        # session's receive its time, not the other sessions theirs.
+        until = self._loop.time() + timeout
+        while self._loop.time() < until:
+            await asyncio.sleep(0)
+            if not self._take() or self._pending:
+                return
 
     async def _wait(self, timeout: float) -> None:
         # Until a socket may have a message, a handshake is done, a notice is
@@ -239,12 +259,16 @@ class KernelSockets:
         if not sock.closed and _readable(sock) and self._waiter is not None:
             _wake(self._waiter)
 
-    def _take(self) -> None:
+    def _take(self) -> bool:
         # One message per socket at a time: a flood stays queued in ZMQ, whose
-        # receive limit pushes back on the kernel, not in this deque.
+        # receive limit pushes back on the kernel, not in this deque. True if
+        # any was read, kept or not.
+        took = False
         for channel, sock in self._sockets.items():
             if _readable(sock):
                 self._take_from(channel, sock)
+                took = True
+        return took
 
     def _take_from(self, channel: str, sock: zmq.Socket[bytes]) -> None:
         parts = _receive(sock, self.max_message_bytes)

@@ -48,7 +48,7 @@ import threading
 import time
 from typing import Any
 
-CHUNK = 256 * 1024
+CHUNK = 128 * 1024
 CUTS_PER_INTERVAL = 1000
 KNOWN_MAJOR = 7  # the ipykernel whose OutStream internals this is written against
 _PIPE_READ = 65536
