@@ -84,8 +84,10 @@ def _if_delivered(
 ALL = ("raw", "kernelexec", "kernelexec-pooled", "autogen", "ag2")
 REMOTE = ("kernelexec-http", "kernelexec-gateway", "kernelexec-docker")
 # kernelexec-spawn: kernelexec with its kernel zygote off (KERNELEXEC_ZYGOTE=0), data-stack rows
-COLUMNS = ("raw", "kernelexec", "kernelexec-spawn", *ALL[2:], *REMOTE)
+# kernelexec-shared: kernelexec with KERNELEXEC_SHARE_PAGES=1 and KSM on, idle data-stack rows
+COLUMNS = ("raw", "kernelexec", "kernelexec-spawn", "kernelexec-shared", *ALL[2:], *REMOTE)
 DATASTACK = ("raw", "kernelexec", "kernelexec-spawn", "autogen", "ag2")
+IDLE_DATASTACK = ("raw", "kernelexec", "kernelexec-spawn", "kernelexec-shared", "autogen", "ag2")
 
 
 def _forked(result: dict[str, Any]) -> str:
@@ -97,6 +99,15 @@ def _zygote(result: dict[str, Any]) -> float | str:
     if "zygote_pss_mb" not in result:
         return "no zygote"
     return f"USS {result['zygote_uss_mb']:.3g} MB, PSS {result['zygote_pss_mb']:.3g} MB"
+
+
+def _merged(result: dict[str, Any]) -> str:
+    if result.get("ksm") != "on":
+        return "KSM is off on this machine (root turns it on)"
+    return (
+        f"{result['merged_mb']:,.0f} MB merged in {result['merge_s']:.0f} s; "
+        f"ksmd's CPU {result['ksmd_cpu_s']:.1f} s"
+    )
 
 
 def _per_session(key: str) -> Callable[[dict[str, Any]], float | str]:
@@ -120,10 +131,10 @@ def _density(
     return Row(
         f"density: {title}",
         "density",
-        ("raw", "kernelexec"),
+        ("raw", "kernelexec", "kernelexec-shared"),
         value,
         unit,
-        full_n=1000,
+        full_n=1500,
         quick_n=10,
         samples_n=False,
         **options,
@@ -243,7 +254,7 @@ ROWS = [
     Row(
         "idle data-stack session USS (mean of 20 live, quick 3)",
         "idle-memory",
-        DATASTACK,
+        IDLE_DATASTACK,
         lambda r: float(r["uss_mb"]),
         "MB",
         full_n=20,
@@ -253,7 +264,7 @@ ROWS = [
     Row(
         "idle data-stack session PSS (mean of 20 live, quick 3)",
         "idle-memory",
-        DATASTACK,
+        IDLE_DATASTACK,
         lambda r: float(r["pss_mb"]),
         "MB",
         full_n=20,
@@ -263,7 +274,7 @@ ROWS = [
     Row(
         "idle data-stack: kernels forked from a zygote",
         "idle-memory",
-        ("kernelexec", "kernelexec-spawn"),
+        ("kernelexec", "kernelexec-spawn", "kernelexec-shared"),
         _forked,
         "",
         full_n=20,
@@ -273,8 +284,18 @@ ROWS = [
     Row(
         "idle data-stack: the zygote itself (once, shared by all)",
         "idle-memory",
-        ("kernelexec",),
+        ("kernelexec", "kernelexec-shared"),
         _zygote,
+        "",
+        full_n=20,
+        quick_n=3,
+        samples_n=False,
+    ),
+    Row(
+        "idle data-stack: identical pages merged (KSM)",
+        "idle-memory",
+        ("kernelexec-shared",),
+        _merged,
         "",
         full_n=20,
         quick_n=3,
@@ -526,7 +547,7 @@ def main() -> int:
         "--density",
         type=int,
         metavar="N",
-        help="density: data-stack sessions to ask for (default 1,000, quick 10); it stops "
+        help="density: data-stack sessions to ask for (default 1,500, quick 10); it stops "
         "earlier at a failure or when MemAvailable falls under 3 GB",
     )
     args = parser.parse_args()
@@ -646,6 +667,11 @@ DATASTACK_NOTES = (
     "splits a shared page among the processes mapping it, so a forked kernel's PSS falls "
     "as more kernels share the zygote's pages; the zygote's own memory is counted once, in "
     "its own row, for all its kernels.\n"
+    "- kernelexec-shared: kernelexec with `KERNELEXEC_SHARE_PAGES=1`, its zygote's memory "
+    "offered to Linux's same-page merging (KSM); the worker turns KSM on for its run where "
+    "it may (root), scanning 2,000 pages each 20 ms, and puts the settings back. Its memory "
+    "is measured once the kernels' merged pages stop growing; ksmd's CPU is over the whole "
+    "scenario. USS leaves merged pages out (they are shared); PSS counts each its share.\n"
     "- density: kernelexec is one `kernelexec serve --preload ...` process on 127.0.0.1 and "
     "its sessions over HTTP; raw is jupyter_client kernels held by the bench process. Each "
     "session builds a 1,000-row DataFrame; then each in turn answers `df.shape`. It stops at "

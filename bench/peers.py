@@ -34,6 +34,7 @@ IMPL_ENV = {
     "raw": "kernelexec",
     "kernelexec": "kernelexec",
     "kernelexec-spawn": "kernelexec",
+    "kernelexec-shared": "kernelexec",
     "kernelexec-pooled": "kernelexec",
     "kernelexec-http": "kernelexec",
     "kernelexec-gateway": "kernelexec",

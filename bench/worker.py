@@ -8,6 +8,7 @@ adapter. Prints one JSON object: the samples (seconds) and memory figures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -331,6 +332,7 @@ def _free_port() -> int:
 IMPLS: dict[str, type[Impl]] = {
     "kernelexec": Kernelexec,
     "kernelexec-spawn": Kernelexec,
+    "kernelexec-shared": Kernelexec,
     "kernelexec-pooled": Kernelexec,
     "kernelexec-http": KernelexecHTTP,
     "kernelexec-gateway": KernelexecGateway,
@@ -380,6 +382,68 @@ def parent_of(pid: int) -> int:
         return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
     except (OSError, IndexError):
         return 0
+
+
+KSM = Path("/sys/kernel/mm/ksm")
+KSM_SETTINGS = {"pages_to_scan": "2000", "sleep_millisecs": "20", "run": "1"}  # "run" last
+
+
+@contextlib.contextmanager
+def merging(wanted: bool) -> Iterator[dict[str, Any]]:
+    """KSM on for the block, where ``wanted`` and this process may (root); put back after.
+
+    Yields a dict that gets "ksm" ("on" or "off") and, at the end, ksmd's CPU
+    seconds over the block ("ksmd_cpu_s").
+    """
+    said: dict[str, Any] = {}
+    if not wanted:
+        yield said
+        return
+    try:
+        saved = {name: (KSM / name).read_text().strip() for name in KSM_SETTINGS}
+    except OSError:
+        yield {"ksm": "off"}
+        return
+    mine = os.geteuid() == 0
+    if mine:
+        for name, value in KSM_SETTINGS.items():
+            (KSM / name).write_text(value)
+    said["ksm"] = "on" if (KSM / "run").read_text().strip() == "1" else "off"
+    before = ksmd_cpu_s()
+    try:
+        yield said
+    finally:
+        said["ksmd_cpu_s"] = ksmd_cpu_s() - before
+        if mine:
+            for name in KSM_SETTINGS:
+                (KSM / name).write_text(saved[name])
+
+
+def ksmd_cpu_s() -> float:
+    """The CPU seconds Linux's KSM thread has used since boot (0 where there is none)."""
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{name}/comm").read_text().strip() == "ksmd":
+                    fields = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()
+                    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+async def settle_merging(pids: list[int], within: float = 300.0) -> dict[str, float]:
+    """Waits until these processes' merged pages stop growing; what was merged, and when."""
+    started = time.monotonic()
+    seen: list[int] = []
+    while time.monotonic() - started < within:
+        count = 0
+        for pid in pids:
+            with contextlib.suppress(OSError, ValueError):
+                count += int(Path(f"/proc/{pid}/ksm_merging_pages").read_text())
+        seen.append(count)
+        if len(seen) >= 4 and seen[-1] > 0 and seen[-1] - seen[-4] <= seen[-1] // 100:
+            break
+        await asyncio.sleep(1.0)
+    return {"merged_mb": seen[-1] * 4096 / 2**20, "merge_s": time.monotonic() - started}
 
 
 def rollup(pids: list[int]) -> dict[str, float]:
@@ -543,7 +607,7 @@ async def cold_datastack(
     impl_name: str, n: int, new: Callable[[str | None], Impl]
 ) -> dict[str, Any]:
     """Create -> the probe's result, the data stack preloaded, no pool."""
-    if impl_name == "kernelexec":
+    if impl_name in ("kernelexec", "kernelexec-shared"):
         await warm_zygote(new)
     samples: list[float] = []
     forked: list[int] = []
@@ -566,7 +630,7 @@ async def idle_memory(impl_name: str, n: int, new: Callable[[str | None], Impl])
     supervisor and the kernel below it). PSS shares each shared page out over
     the processes mapping it, so it depends on how many sessions are live.
     """
-    if impl_name == "kernelexec":
+    if impl_name in ("kernelexec", "kernelexec-shared"):
         await warm_zygote(new)
     impls: list[Impl] = []
     roots: list[int] = []
@@ -580,12 +644,17 @@ async def idle_memory(impl_name: str, n: int, new: Callable[[str | None], Impl])
             roots.append(await impl.tree_root())
         await asyncio.sleep(2.0)  # idle: whatever a start or an execution left running is done
         children = process_children()
+        merged: dict[str, float] = {}
+        if impl_name == "kernelexec-shared":
+            merged = await settle_merging([p for r in roots for p in process_tree(r, children)])
+            children = process_children()
         figures = [rollup(process_tree(root, children)) for root in roots]
         result: dict[str, Any] = {
             "samples": [0.0],
             "uss_mb": statistics.mean(f["uss_mb"] for f in figures),
             "pss_mb": statistics.mean(f["pss_mb"] for f in figures),
             "forked": [int(i.forked()) for i in impls],
+            **merged,
         }
         zygotes = {parent_of(root) for root, i in zip(roots, impls, strict=True) if i.forked()}
         if zygotes:
@@ -663,6 +732,9 @@ async def density(impl_name: str, n: int, root: Path) -> dict[str, Any]:
                 print(f"[density] {i + 1} sessions", file=sys.stderr, flush=True)
         held = len(sessions)
         await asyncio.sleep(2.0)
+        merged: dict[str, float] = {}
+        if impl_name == "kernelexec-shared":
+            merged = await settle_merging(process_tree(owner), within=600.0)
         children = process_children()
         tree = process_tree(owner, children)
         memory = rollup(tree)
@@ -695,6 +767,7 @@ async def density(impl_name: str, n: int, root: Path) -> dict[str, Any]:
             "asked": n,
             "held": held,
             "stop": stop or f"all {n} held",
+            **merged,
             "created": created,
             "failed_answers": failed,
             "why_failed": why_failed,
@@ -766,12 +839,18 @@ def main() -> None:
     # where a caller's environment turned it off), "kernelexec-spawn" is without.
     if impl_name == "kernelexec-spawn":
         os.environ["KERNELEXEC_ZYGOTE"] = "0"
-    elif impl_name == "kernelexec":
+    elif impl_name in ("kernelexec", "kernelexec-shared"):
         os.environ.pop("KERNELEXEC_ZYGOTE", None)
+    if impl_name == "kernelexec-shared":
+        os.environ["KERNELEXEC_SHARE_PAGES"] = "1"
     threading.excepthook = lambda args: None  # peers' stray thread errors are not results
-    with tempfile.TemporaryDirectory(prefix="kernelexec-bench-") as root:
+    with (
+        tempfile.TemporaryDirectory(prefix="kernelexec-bench-") as root,
+        merging(impl_name == "kernelexec-shared") as ksm,
+    ):
         os.chdir(root)  # what a peer writes in its cwd (AG2: jupyter_gateway.log) goes too
         result = asyncio.run(measured(name, impl_name, n, Path(root)))
+    result.update(ksm)
     print("BENCH-RESULT " + json.dumps(result), flush=True)
 
 

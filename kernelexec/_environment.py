@@ -18,6 +18,7 @@ __all__ = [
     "preload",
     "remote_env",
     "server_token",
+    "share_pages",
     "trace_content",
     "venv_cache_dir",
     "zygote_enabled",
@@ -151,6 +152,16 @@ def zygote_enabled(wanted: bool | None = None) -> bool:
         return wanted
     value = os.environ.get("KERNELEXEC_ZYGOTE", "").strip().lower()
     return value not in ("0", "false", "no", "off")
+
+
+def share_pages() -> bool:
+    """``KERNELEXEC_SHARE_PAGES=1``: zygotes offer their memory to same-page merging (KSM).
+
+    Off unless 1, true, yes or on. ``_kernel/merge.py`` says what it saves and
+    why it is not for kernels of different tenants.
+    """
+    value = os.environ.get("KERNELEXEC_SHARE_PAGES", "").strip().lower()
+    return value in ("1", "true", "yes", "on")
 
 
 def sandbox_default(built_in: bool) -> bool:

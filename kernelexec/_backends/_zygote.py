@@ -12,7 +12,8 @@ synchronous facade's) can fork from the same zygote.
 
 Off with ``KERNELEXEC_ZYGOTE=0`` or ``zygote=False``; not used off Linux or
 where ``os.pidfd_open`` is missing, nor for kernelspecs other than kernelexec's
-own boot script.
+own boot script. With ``KERNELEXEC_SHARE_PAGES=1`` a zygote offers its memory,
+and so its kernels', to the machine's same-page merging (``_kernel/merge.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from .._environment import zygote_enabled
+from .._environment import share_pages, zygote_enabled
 from .._kernel import ZYGOTE_SCRIPT
 from .._kernel.guard import end_tree
 from ._caps import read_tail
@@ -54,6 +55,7 @@ _RELEASED_STATUS_WAIT = 1.0  # seconds to wait for a dead kernel's exit status
 _ZYGOTES: OrderedDict[tuple[Any, ...], Zygote] = OrderedDict()
 _LOCK = threading.Lock()
 _SAID: set[str] = set()  # reasons the spawn path was used, each logged once
+_KSM_RUN = "/sys/kernel/mm/ksm/run"
 
 
 class ForkedKernel(PidfdProcess):
@@ -78,7 +80,9 @@ class ForkedKernel(PidfdProcess):
 class Zygote:
     """One zygote process and the thread that hears it."""
 
-    def __init__(self, python: str, env: Mapping[str, str], imports: list[str]) -> None:
+    def __init__(
+        self, python: str, env: Mapping[str, str], imports: list[str], *, share: bool = False
+    ) -> None:
         self.python = python
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._channel = ours
@@ -102,7 +106,7 @@ class Zygote:
         self.ready = concurrent.futures.Future[bool]()
         self.failure: str | None = None
         self.hopeless = False  # it said it cannot work (no ipykernel): not restarted
-        self._send({"imports": imports})
+        self._send({"imports": imports, "share_pages": share})
         threading.Thread(target=self._hear, name="kernelexec-zygote", daemon=True).start()
 
     @property
@@ -257,7 +261,14 @@ def zygote_for(
     if not _usable(wanted):
         return None
     imports = preload_imports(preload)
-    key = (python, tuple(imports), tuple(sorted(env.items())))
+    share = share_pages()
+    if share and not ksm_running():
+        _say_once(
+            "KERNELEXEC_SHARE_PAGES=1, but this machine does not merge pages: "
+            f"{_KSM_RUN} is not 1 (root turns it on)",
+            logging.WARNING,
+        )
+    key = (python, tuple(imports), tuple(sorted(env.items())), share)
     with _LOCK:
         zygote = _ZYGOTES.get(key)
         if zygote is not None and zygote.hopeless:
@@ -269,7 +280,7 @@ def zygote_for(
             del _ZYGOTES[key]
         if zygote is None:
             try:
-                _ZYGOTES[key] = Zygote(python, env, imports)
+                _ZYGOTES[key] = Zygote(python, env, imports, share=share)
             except OSError as exc:
                 _say_once(f"no zygote for {python}: {exc}")
                 return None
@@ -281,6 +292,15 @@ def zygote_for(
     if zygote.ready.done() and zygote.ready.result():
         return zygote
     return None
+
+
+def ksm_running() -> bool:
+    """Whether this machine merges identical pages (KSM) of memory marked mergeable."""
+    try:
+        with open(_KSM_RUN) as run:
+            return run.read().strip() == "1"
+    except OSError:
+        return False
 
 
 def preload_imports(preload: str | None) -> list[str]:
@@ -309,10 +329,10 @@ def _usable(wanted: bool | None) -> bool:
     return True
 
 
-def _say_once(reason: str) -> None:
+def _say_once(reason: str, level: int = logging.INFO) -> None:
     if reason not in _SAID:
         _SAID.add(reason)
-        log.info("kernelexec: %s", reason)
+        log.log(level, "kernelexec: %s", reason)
 
 
 @atexit.register

@@ -16,6 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from .._environment import share_pages
 from .._exceptions import ConfigurationError
 from .._server._config import is_loopback
 from .._server._token import check_token, generate_token
@@ -102,17 +103,39 @@ def url(host: str, port: int, path: str = "") -> str:
 
 
 def add_zygote_option(parser: argparse.ArgumentParser) -> None:
-    """``--no-zygote``, for the commands whose sessions run local kernels."""
+    """``--no-zygote`` and ``--share-pages``, for the commands whose sessions run local kernels."""
     parser.add_argument(
         "--no-zygote",
         action="store_true",
         help="start every local kernel cold instead of forking it from a zygote "
         "(as KERNELEXEC_ZYGOTE=0 does)",
     )
+    parser.add_argument(
+        "--share-pages",
+        action="store_true",
+        help="offer the zygotes' memory, and so their kernels', to Linux's same-page merging "
+        "(KSM, where root has turned it on): idle kernels share the pages they hold alike "
+        "(as KERNELEXEC_SHARE_PAGES=1 does). Not with --tenants: a kernel can tell by timing "
+        "whether another holds a page like one of its own",
+    )
 
 
 def apply_zygote_option(args: argparse.Namespace) -> None:
-    # The variable is what every local kernel start reads (kernelexec._environment);
-    # a kernel never sees it (KERNELEXEC_* is kept from kernels).
+    """Sets what the zygote options ask for, where every local kernel start reads it.
+
+    Raises:
+        ConfigurationError: ``--share-pages`` (or ``KERNELEXEC_SHARE_PAGES=1``) with
+            ``--tenants``.
+    """
+    # The variables are what every local kernel start reads (kernelexec._environment);
+    # a kernel never sees them (KERNELEXEC_* is kept from kernels).
     if args.no_zygote:
         os.environ["KERNELEXEC_ZYGOTE"] = "0"
+    if args.share_pages or share_pages():
+        if getattr(args, "tenants", None):
+            raise ConfigurationError(
+                "--share-pages merges identical pages across every kernel of the machine, "
+                "and a kernel can tell by timing whether another holds a page like one of its "
+                "own: not with --tenants (run a server per tenant to share pages within one)"
+            )
+        os.environ["KERNELEXEC_SHARE_PAGES"] = "1"

@@ -272,6 +272,8 @@ def _init(lifeline: int) -> NoReturn:
     """
     for number in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP):
         signal.signal(number, signal.SIG_IGN)  # a Ctrl-C is for the kernel
+    if (merge := sys.modules.get("kernelexec_kernel_merge")) is not None:
+        merge.unmark()  # a zygote's fork: this init holds nothing worth merging
     os.closerange(3, lifeline)
     os.closerange(lifeline + 1, 1 << 16)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

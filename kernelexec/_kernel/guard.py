@@ -319,6 +319,8 @@ def _split_off_kernel(
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(signal.SIGINT, interrupt)
         return
+    if (merge := sys.modules.get("kernelexec_kernel_merge")) is not None:
+        merge.unmark()  # a zygote's fork: this supervisor holds nothing worth merging
     released: set[int] = set()  # forks of the kernel that are sessions of their own
 
     def finish(code: int) -> NoReturn:

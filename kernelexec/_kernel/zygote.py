@@ -20,7 +20,8 @@ would: its own session and process group, its cwd and environment, fresh
 random state, the same confinement and supervisor (``guard.protect``), then
 ipykernel's app on its own connection file, sockets and threads.
 
-Messages, owner to zygote: ``{"imports": [...]}`` first, then
+Messages, owner to zygote: ``{"imports": [...], "share_pages": BOOL}`` first
+(``share_pages``: offer its memory to same-page merging, ``merge.py``), then
 ``{"fork": ID, "connection_file": ..., "cwd": ..., "env": {...}, "sandbox": {...}}``
 (with one descriptor, the kernel's stderr; ``sandbox``, the policy of a
 contained kernel, or null) and ``{"release": PID}``. Zygote to owner:
@@ -96,7 +97,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     owner = os.getppid()
     owner_fd = boot.load("fork").pidfd(owner)
-    imports = _receive(channel)[0].get("imports", [])
+    first = _receive(channel)[0]
+    imports = first.get("imports", [])
     try:
         from ipykernel import kernelapp  # noqa: F401
     except ImportError:
@@ -106,8 +108,11 @@ def main() -> None:
     # A kernel's shell, made here once (made.py); before the module lists, as it imports.
     boot.load("made").make(boot.app_class(), boot.app_arguments())
     boot.load("quick").remember_modules()  # after every import: the list its kernels keep
+    merge = boot.load("merge") if first.get("share_pages") else None
     gc.collect()
     gc.freeze()
+    if merge is not None:
+        merge.mark_mergeable()
     _send(channel, {"ready": os.getpid()})
     _serve(channel, boot, owner, owner_fd)
 
