@@ -110,6 +110,11 @@ def _merged(result: dict[str, Any]) -> str:
     )
 
 
+def _stopped(result: dict[str, Any]) -> str:
+    waited = result.get("waited_for_merges_s", 0)
+    return str(result["stop"]) + (f" (after {waited:.0f} s waiting for merges)" if waited else "")
+
+
 def _per_session(key: str) -> Callable[[dict[str, Any]], float | str]:
     def value(result: dict[str, Any]) -> float | str:
         return float(result[key]) / result["held"] if result["held"] else "none held"
@@ -302,7 +307,7 @@ ROWS = [
         samples_n=False,
     ),
     _density("sessions held", lambda r: float(r["held"]), "", lower_is_better=False, fmt=",.0f"),
-    _density("where it stopped", lambda r: str(r["stop"])),
+    _density("where it stopped", _stopped),
     _density("kernels forked from a zygote", lambda r: f"{r['forked']:,} of {r['held']:,}"),
     _density("create -> DataFrame built p50", _created_p50, "ms"),
     _density("memory used (MemAvailable drop)", lambda r: float(r["mem_drop_mb"]) / 1024, "GB"),
@@ -671,7 +676,9 @@ DATASTACK_NOTES = (
     "offered to Linux's same-page merging (KSM); the worker turns KSM on for its run where "
     "it may (root), scanning 2,000 pages each 20 ms, and puts the settings back. Its memory "
     "is measured once the kernels' merged pages stop growing; ksmd's CPU is over the whole "
-    "scenario. USS leaves merged pages out (they are shared); PSS counts each its share.\n"
+    "scenario. USS leaves merged pages out (they are shared); PSS counts each its share. "
+    "Its density fill, at the MemAvailable floor, first waits for the merges to settle "
+    "(up to 15 minutes each time) and stops only if it is still under the floor.\n"
     "- density: kernelexec is one `kernelexec serve --preload ...` process on 127.0.0.1 and "
     "its sessions over HTTP; raw is jupyter_client kernels held by the bench process. Each "
     "session builds a 1,000-row DataFrame; then each in turn answers `df.shape`. It stops at "

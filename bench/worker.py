@@ -431,19 +431,27 @@ def ksmd_cpu_s() -> float:
 
 
 async def settle_merging(pids: list[int], within: float = 300.0) -> dict[str, float]:
-    """Waits until these processes' merged pages stop growing; what was merged, and when."""
+    """Waits until ksmd has read every offered page twice more (two full scans); the merges.
+
+    A page merges once two scans have found it unchanged and alike another:
+    two full scans after a kernel started, what of it can merge has.
+    """
     started = time.monotonic()
-    seen: list[int] = []
-    while time.monotonic() - started < within:
-        count = 0
-        for pid in pids:
-            with contextlib.suppress(OSError, ValueError):
-                count += int(Path(f"/proc/{pid}/ksm_merging_pages").read_text())
-        seen.append(count)
-        if len(seen) >= 4 and seen[-1] > 0 and seen[-1] - seen[-4] <= seen[-1] // 100:
-            break
+    first = _full_scans()
+    while time.monotonic() - started < within and _full_scans() < first + 2:
         await asyncio.sleep(1.0)
-    return {"merged_mb": seen[-1] * 4096 / 2**20, "merge_s": time.monotonic() - started}
+    count = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            count += int(Path(f"/proc/{pid}/ksm_merging_pages").read_text())
+    return {"merged_mb": count * 4096 / 2**20, "merge_s": time.monotonic() - started}
+
+
+def _full_scans() -> int:
+    try:
+        return int((KSM / "full_scans").read_text())
+    except (OSError, ValueError):
+        return 0
 
 
 def rollup(pids: list[int]) -> dict[str, float]:
@@ -690,6 +698,7 @@ async def density(impl_name: str, n: int, root: Path) -> dict[str, Any]:
     closers: list[Callable[[], Awaitable[None]]] = []
     created: list[float] = []
     stop = ""
+    waited = 0.0  # seconds the fill waited for pages to merge (kernelexec-shared)
     client: Any = None
     if impl_name == "raw":
         owner = os.getpid()
@@ -711,6 +720,12 @@ async def density(impl_name: str, n: int, root: Path) -> dict[str, Any]:
         client = kernelexec.AsyncClient(url, token=_Service.token, timeout=300)
     try:
         for i in range(n):
+            if mem_available() < MEMORY_FLOOR and impl_name == "kernelexec-shared":
+                # Pages merge some minutes after a kernel starts, as ksmd reads them:
+                # a server's sessions come over hours, not in a few minutes.
+                print(f"[density] {i} sessions: waiting for merges", file=sys.stderr, flush=True)
+                settled = await settle_merging(process_tree(owner), within=900.0)
+                waited += settled["merge_s"]
             if mem_available() < MEMORY_FLOOR:
                 stop = f"stopped: MemAvailable under {MEMORY_FLOOR >> 30} GB"
                 break
@@ -767,6 +782,7 @@ async def density(impl_name: str, n: int, root: Path) -> dict[str, Any]:
             "asked": n,
             "held": held,
             "stop": stop or f"all {n} held",
+            "waited_for_merges_s": waited,
             **merged,
             "created": created,
             "failed_answers": failed,
