@@ -957,8 +957,12 @@ async def quota(root: Path, info: ClusterInfo) -> dict[str, Any]:
         said = await asyncio.to_thread(burner.post, f"/sessions/{made}/execute", json=niceness)
         got["kernel_niceness"] = said.json().get("stdout", "").strip()
         burn = {"code": "while True: pass", "timeout": 120}
+        # Read for longer than the execution's own timeout: a quota that never stopped
+        # it fails on its status below, with the server's log, not on a read timeout.
         result = (
-            await asyncio.to_thread(burner.post, f"/sessions/{made}/execute", json=burn)
+            await asyncio.to_thread(
+                lambda: burner.post(f"/sessions/{made}/execute", json=burn, timeout=200.0)
+            )
         ).json()
         got["seconds"] = round(time.monotonic() - clock, 1)
         got["status"], got["message"] = result["status"], result.get("message") or ""

@@ -224,7 +224,10 @@ class AsyncSession:
         self._closed = False
         self._dead: str | None = None  # why the kernel is down, when auto_restart is off
         self._checkpoint_every = checkpoint_every
-        self._recovery_at = 0.0  # when the last recovery checkpoint was made (monotonic)
+        # When the last recovery checkpoint was made (monotonic); None: none yet, so the
+        # first execution makes one (a clock that counts from boot may be younger than
+        # checkpoint_every).
+        self._recovery_at: float | None = None
         self._recover = False  # a dead kernel's replacement is to get the recovery checkpoint
         self._recovery_root: Path | None = None  # the private folder holding it
         self.replay_report: ReplayReport | None = None  # set by from_transcript

@@ -68,7 +68,8 @@ def _saved(session: AsyncSession) -> Checkpoint | None:
 async def after_execution(session: AsyncSession) -> str | None:
     """Checkpoints the kernel if one is due; a note if it failed, else None."""
     every = session._checkpoint_every
-    if every is None or time.monotonic() - session._recovery_at < every:
+    last = session._recovery_at
+    if every is None or (last is not None and time.monotonic() - last < every):
         return None
     folder = _folder(session)
     fresh = folder.with_name(f".{RECOVERY}-{secrets.token_hex(6)}")
