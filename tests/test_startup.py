@@ -318,6 +318,46 @@ def test_a_generated_token_is_printed_after_the_url(command: str, tmp_path: Path
         assert proc.wait(120) == 0, log.read_text()
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_token_that_begins_with_a_dash_is_taken_as_written(command: str, tmp_path: Path) -> None:
+    # One token in 64 from secrets.token_urlsafe (the docs' way to make one) begins
+    # with "-", and argparse read `--token -abc...` as an option missing its value:
+    # the server-client notebook's start failed so in CI.
+    token = "-" + ODD_TOKEN
+    log = tmp_path / "out.log"
+    argv = kernelexec(*COMMANDS[command], "--port", "0", "--token", token)
+    if command != "gateway":
+        argv += ["--work-root", str(tmp_path / "root")]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        url = wait_for_line(log, proc, r"serving (\S+)").group(1)
+        wanted = "token" if command == "gateway" else "Bearer"
+        path = {"gateway": "/api/kernelspecs", "serve": "/sessions"}.get(command, "")
+        for given, taken in ((token, True), (ODD_TOKEN, False)):  # the dash is the token's
+            answer = httpx.get(
+                url + path,
+                headers={"Authorization": f"{wanted} {given}"},
+                trust_env=False,
+                timeout=60,
+            )
+            denied = answer.status_code in (401, 403)
+            assert denied is not taken and answer.status_code != 404, answer.text
+    finally:
+        proc.terminate()
+        assert proc.wait(120) == 0, log.read_text()
+
+
+def test_an_opaque_option_takes_the_next_word_unless_it_is_an_option() -> None:
+    parser = _parser()
+    attach = parser.parse_args(["attach", "s1", "--token", "-t0ken-x", "--lab-token", "-lab"])
+    assert (attach.token, attach.lab_token) == ("-t0ken-x", "-lab")
+    assert parser.parse_args(["serve", "--token", "--dash-dash-x"]).token == "--dash-dash-x"
+    # A token left out is still an error, not the next option taken as the token.
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--token", "--port", "0"])
+
+
 # -- default ports
 
 

@@ -4,12 +4,17 @@
 usage, and ``kernelexec serv`` says ``did you mean serve?``; both exit 2, as
 argparse does for any usage error. Python 3.14's ``suggest_on_error`` does the
 second only, and kernelexec runs on 3.10.
+
+It also takes a token that begins with ``-`` as the value it is: one URL-safe
+token in 64 does (``secrets.token_urlsafe``, which the docs suggest), and
+argparse reads ``--token -abc`` as an option with its value missing.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -18,6 +23,8 @@ __all__ = ["Parser"]
 # Where a subcommand's parser leaves itself in the namespace, so that an
 # unknown option is reported under the command it was given to.
 _OWNER = "_kernelexec_parser"
+# Options whose value is an opaque secret, which may begin with "-".
+_OPAQUE = frozenset({"--token", "--lab-token"})
 
 
 class Parser(argparse.ArgumentParser):
@@ -30,7 +37,8 @@ class Parser(argparse.ArgumentParser):
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> argparse.Namespace:
-        parsed, extras = self.parse_known_args(args, namespace)
+        words = list(sys.argv[1:] if args is None else args)
+        parsed, extras = self.parse_known_args(_opaque_values(words, _options(self)), namespace)
         if extras:
             # The innermost command's parser: its defaults are set last.
             owner: Parser = getattr(parsed, _OWNER, self)
@@ -60,3 +68,32 @@ class Parser(argparse.ArgumentParser):
                     action, f"invalid choice: {value!r}; did you mean {close[0]}?"
                 )
         super()._check_value(action, value)
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of ``parser`` and its subcommands' parsers."""
+    found = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _options(sub)
+    return found
+
+
+def _opaque_values(words: list[str], options: set[str]) -> list[str]:
+    """``--token -abc`` as ``--token=-abc``: the word after an opaque option is its value,
+    unless it is one of ``options`` (``--token --port 0``: the token left out)."""
+    joined: list[str] = []
+    rest = iter(words)
+    for word in rest:
+        if word == "--":
+            joined += [word, *rest]
+            break
+        following = next(rest, None) if word in _OPAQUE else None
+        if following is None:
+            joined.append(word)
+        elif following.startswith("-") and following.split("=", 1)[0] not in options:
+            joined.append(f"{word}={following}")
+        else:
+            joined += [word, following]
+    return joined
