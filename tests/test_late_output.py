@@ -15,8 +15,16 @@ import pytest
 from kernelexec import AsyncSession, ExecutionResult
 
 LATER_CELLS = 3
-# The later cells: wait while the writer writes, then say whether it did.
-LATER = "import time\nbefore = ticks()\ntime.sleep(0.3)\nprint('progressed', ticks() > before)"
+# The later cells: wait while the writer writes, then say whether it did. They wait
+# until it has (a shell loop on a loaded machine once wrote nothing in a fixed 0.3 s),
+# a minute at most: a writer that stopped says "progressed False".
+LATER = """\
+import time
+before, until = ticks(), time.monotonic() + 60
+while ticks() <= before + 2 and time.monotonic() < until:
+    time.sleep(0.05)
+print('progressed', ticks() > before + 2)
+"""
 ONLY_OWN_OUTPUT = [{"output_type": "stream", "name": "stdout", "text": "progressed True\n"}]
 
 THREAD_PRINTS = """\
