@@ -675,7 +675,7 @@ DATASTACK_NOTES = (
     "- kernelexec-shared: kernelexec with `KERNELEXEC_SHARE_PAGES=1`, its zygote's memory "
     "offered to Linux's same-page merging (KSM); the worker turns KSM on for its run where "
     "it may (root), scanning 2,000 pages each 20 ms, and puts the settings back. Its memory "
-    "is measured once the kernels' merged pages stop growing; ksmd's CPU is over the whole "
+    "is measured after two full KSM scans more (what can merge has); ksmd's CPU is over the whole "
     "scenario. USS leaves merged pages out (they are shared); PSS counts each its share. "
     "Its density fill, at the MemAvailable floor, first waits for the merges to settle "
     "(up to 15 minutes each time) and stops only if it is still under the floor.\n"

@@ -134,8 +134,7 @@ def trace_content() -> bool:
 
     Off unless set: code and outputs may hold what an agent was told to keep secret.
     """
-    value = os.environ.get("KERNELEXEC_OTEL_CAPTURE_CONTENT", "").strip().lower()
-    return value in ("1", "true", "yes", "on")
+    return _switch("KERNELEXEC_OTEL_CAPTURE_CONTENT") is True
 
 
 def preload() -> str | None:
@@ -150,8 +149,7 @@ def zygote_enabled(wanted: bool | None = None) -> bool:
     """
     if wanted is not None:
         return wanted
-    value = os.environ.get("KERNELEXEC_ZYGOTE", "").strip().lower()
-    return value not in ("0", "false", "no", "off")
+    return _switch("KERNELEXEC_ZYGOTE") is not False
 
 
 def share_pages() -> bool:
@@ -160,8 +158,7 @@ def share_pages() -> bool:
     Off unless 1, true, yes or on. ``_kernel/merge.py`` says what it saves and
     why it is not for kernels of different tenants.
     """
-    value = os.environ.get("KERNELEXEC_SHARE_PAGES", "").strip().lower()
-    return value in ("1", "true", "yes", "on")
+    return _switch("KERNELEXEC_SHARE_PAGES") is True
 
 
 def sandbox_default(built_in: bool) -> bool:
@@ -171,9 +168,16 @@ def sandbox_default(built_in: bool) -> bool:
     0 (false, no, off) does not; for running the suite, or a program, either
     way before containment's default changes.
     """
-    value = os.environ.get("KERNELEXEC_SANDBOX", "").strip().lower()
+    switch = _switch("KERNELEXEC_SANDBOX")
+    return built_in if switch is None else switch
+
+
+def _switch(name: str) -> bool | None:
+    """The variable ``name`` as a switch: True for 1, true, yes or on, False for 0, false,
+    no or off (any case, spaces around ignored), None for anything else or unset."""
+    value = os.environ.get(name, "").strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
     if value in ("0", "false", "no", "off"):
         return False
-    return built_in
+    return None

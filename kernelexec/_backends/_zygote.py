@@ -262,12 +262,6 @@ def zygote_for(
         return None
     imports = preload_imports(preload)
     share = share_pages()
-    if share and not ksm_running():
-        _say_once(
-            "KERNELEXEC_SHARE_PAGES=1, but this machine does not merge pages: "
-            f"{_KSM_RUN} is not 1 (root turns it on)",
-            logging.WARNING,
-        )
     key = (python, tuple(imports), tuple(sorted(env.items())), share)
     with _LOCK:
         zygote = _ZYGOTES.get(key)
@@ -279,6 +273,12 @@ def zygote_for(
             zygote = None
             del _ZYGOTES[key]
         if zygote is None:
+            if share and not ksm_running():  # read as a zygote starts, not at every kernel's
+                _say_once(
+                    "KERNELEXEC_SHARE_PAGES=1, but this machine does not merge pages: "
+                    f"{_KSM_RUN} is not 1 (root turns it on)",
+                    logging.WARNING,
+                )
             try:
                 _ZYGOTES[key] = Zygote(python, env, imports, share=share)
             except OSError as exc:
