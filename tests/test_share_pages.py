@@ -110,6 +110,35 @@ async def test_a_sharing_zygotes_kernels_merge_their_identical_pages(
             await session.close()
 
 
+ATTACK_KSM = """\
+import os
+said = []
+for name, value in (("run", "2"), ("pages_to_scan", "10000"), ("sleep_millisecs", "0")):
+    try:
+        with open("/sys/kernel/mm/ksm/" + name, "w") as f:
+            f.write(value)
+        said.append(name + " written")
+    except OSError as e:
+        said.append(name + " refused")
+print(os.geteuid(), said)
+"""
+
+
+async def test_a_sharing_kernel_cannot_change_the_machines_merging(
+    ksm: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Root on the host, uid 0 in its namespace: a contained kernel still may not turn
+    # merging off for everyone (run 2 unmerges every page) or make ksmd burn a core.
+    monkeypatch.setenv("KERNELEXEC_SHARE_PAGES", "1")
+    before = {name: (KSM / name).read_text() for name in SETTINGS}
+    async with AsyncSession(tmp_path) as session:
+        result = await session.execute(ATTACK_KSM)
+    assert result.stdout.strip().endswith(
+        "['run refused', 'pages_to_scan refused', 'sleep_millisecs refused']"
+    ), result
+    assert {name: (KSM / name).read_text() for name in SETTINGS} == before
+
+
 def test_a_server_with_share_pages_marks_its_forked_kernels(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "work", "--share-pages", "--max-sessions", "64")
     try:

@@ -332,6 +332,9 @@ def test_a_token_that_begins_with_a_dash_is_taken_as_written(command: str, tmp_p
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
         url = wait_for_line(log, proc, r"serving (\S+)").group(1)
+        # Still hidden from what any process of the machine reads of the command.
+        shown = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert token.encode() not in shown and b"*" * len(token) in shown, shown
         wanted = "token" if command == "gateway" else "Bearer"
         path = {"gateway": "/api/kernelspecs", "serve": "/sessions"}.get(command, "")
         for given, taken in ((token, True), (ODD_TOKEN, False)):  # the dash is the token's
