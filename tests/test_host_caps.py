@@ -427,6 +427,35 @@ async def test_a_gateway_kernel_that_sends_while_nobody_reads_holds_a_bounded_qu
         assert (after.status, after.text) == ("ok", "42\n"), after
 
 
+async def test_a_paused_gateway_reader_keeps_its_socket_open(tmp_path: Path) -> None:
+    # Past QUEUED_BYTES the reader stops reading, the gateway's pings with the rest;
+    # a gateway closes a socket whose pongs stop (here after 30 s: a ping each
+    # second, jupyter_server's shortest timeout), and the next execution began
+    # with a reconnect. Unsolicited pongs keep it open.
+    gateway = stock_kernel_gateway(
+        tmp_path,
+        "--KernelGatewayApp.ws_ping_interval=1",
+        "--ZMQChannelsWebsocketConnection.limit_rate=False",  # or it drops the flood
+    )
+    try:
+        backend = GatewayBackend(gateway.url, token=TOKEN)
+        async with AsyncSession(tmp_path / "work", backend=backend, timeout=120) as s:
+            await s.execute("x = 41")
+            marker = tmp_path / "sent"
+            await s.execute(unread_flood(str(marker), signed=True))
+            channels = backend.channels
+            assert channels is not None and channels.v1
+            await asyncio.to_thread(held_after, marker)
+            assert channels.queued_bytes >= QUEUED_BYTES  # paused
+            await asyncio.sleep(40)
+            assert channels.reconnects == 0, gateway.log.read_text()[-3000:]
+            after = await s.execute("x + 1")
+            assert (after.status, after.text) == ("ok", "42\n"), after
+            assert channels.reconnects == 0 and backend.channels is channels
+    finally:
+        gateway.stop()
+
+
 class _HugeAnswers(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         body = b"[" + b"0," * (MAX_ANSWER_BYTES // 2) + b"0]"

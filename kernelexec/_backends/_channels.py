@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import select
 import socket
@@ -262,6 +263,7 @@ class KernelChannels:
 
     def _read(self) -> None:
         pinged: float | None = None
+        paused_pong = -math.inf  # when a pong last went out while reading paused
         while not self._closed.is_set():
             with self._lock:
                 ws, reader = self._ws, self._reader
@@ -274,8 +276,14 @@ class KernelChannels:
             if self._resend_at is not None and time.monotonic() >= self._resend_at:
                 self._resend_unanswered(ws)
             if not self._room():
-                # Not read, so not heard: the silence was ours.
+                # Not read, so not heard: the silence was ours. The peer's pings wait
+                # unread too, and a gateway closes a socket whose pongs stop (after
+                # 90 s); an unsolicited pong (RFC 6455, 5.5.3) keeps it open.
                 self.last_heard, pinged = time.monotonic(), None
+                if self.last_heard - paused_pong > self.ping_interval:
+                    paused_pong = self.last_heard
+                    with contextlib.suppress(websocket.WebSocketException, OSError):
+                        ws.pong(b"")
                 continue
             try:
                 if not _readable(ws):
