@@ -678,7 +678,7 @@ DATASTACK_NOTES = (
     "is measured after two full KSM scans more (what can merge has); ksmd's CPU is over the whole "
     "scenario. USS leaves merged pages out (they are shared); PSS counts each its share. "
     "Its density fill, at the MemAvailable floor, first waits for the merges to settle "
-    "(up to 15 minutes each time) and stops only if it is still under the floor.\n"
+    "(up to 15 minutes each time, 20 in all) and stops only if it is still under the floor.\n"
     "- density: kernelexec is one `kernelexec serve --preload ...` process on 127.0.0.1 and "
     "its sessions over HTTP; raw is jupyter_client kernels held by the bench process. Each "
     "session builds a 1,000-row DataFrame; then each in turn answers `df.shape`. It stops at "

@@ -28,6 +28,10 @@ DATASTACK = "import numpy, pandas, matplotlib"
 PROBE = "pandas.DataFrame({'a': [1]}).shape"
 BUILD = "df = pandas.DataFrame({'a': range(1000), 'b': [str(i) for i in range(1000)]})"
 MEMORY_FLOOR = 3 << 30  # bytes of MemAvailable: density stops before the machine runs short
+# kernelexec-shared's density fill waits at the floor for pages to merge, at
+# most this long in all (seconds): each wait gives back less, and a full run
+# must end (at 45 minutes of waits it still gained some 50 sessions a wait).
+MERGE_WAIT = 20 * 60
 ZYGOTE_WAIT = 180.0  # seconds for a configuration's zygote to import the data stack
 FLOOD_LINES = 100_000
 FLOOD_LINE = "x" * 99 + "\n"
@@ -720,11 +724,16 @@ async def density(impl_name: str, n: int, root: Path) -> dict[str, Any]:
         client = kernelexec.AsyncClient(url, token=_Service.token, timeout=300)
     try:
         for i in range(n):
-            if mem_available() < MEMORY_FLOOR and impl_name == "kernelexec-shared":
+            if (
+                mem_available() < MEMORY_FLOOR
+                and impl_name == "kernelexec-shared"
+                and waited < MERGE_WAIT
+            ):
                 # Pages merge some minutes after a kernel starts, as ksmd reads them:
                 # a server's sessions come over hours, not in a few minutes.
                 print(f"[density] {i} sessions: waiting for merges", file=sys.stderr, flush=True)
-                settled = await settle_merging(process_tree(owner), within=900.0)
+                within = min(900.0, MERGE_WAIT - waited)
+                settled = await settle_merging(process_tree(owner), within=within)
                 waited += settled["merge_s"]
             if mem_available() < MEMORY_FLOOR:
                 stop = f"stopped: MemAvailable under {MEMORY_FLOOR >> 30} GB"
