@@ -438,11 +438,14 @@ async def settle_merging(pids: list[int], within: float = 300.0) -> dict[str, fl
     """Waits until ksmd has read every offered page twice more (two full scans); the merges.
 
     A page merges once two scans have found it unchanged and alike another:
-    two full scans after a kernel started, what of it can merge has.
+    two full scans after a kernel started, what of it can merge has. The
+    scan under way when this is called is not one (it began before the call,
+    and may have passed a kernel's pages before they settled): the count of
+    full scans must grow by three.
     """
     started = time.monotonic()
     first = _full_scans()
-    while time.monotonic() - started < within and _full_scans() < first + 2:
+    while time.monotonic() - started < within and _full_scans() < first + 3:
         await asyncio.sleep(1.0)
     count = 0
     for pid in pids:
