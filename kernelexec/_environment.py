@@ -173,8 +173,11 @@ def sandbox_default(built_in: bool) -> bool:
 
 
 def _switch(name: str) -> bool | None:
-    """The variable ``name`` as a switch: True for 1, true, yes or on, False for 0, false,
-    no or off (any case, spaces around ignored), None for anything else or unset."""
+    """The variable ``name`` as a switch: True, False, or None (unset or neither).
+
+    True for 1, true, yes or on; False for 0, false, no or off; any case, with
+    the spaces around it ignored.
+    """
     value = os.environ.get(name, "").strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True

@@ -125,7 +125,7 @@ for name, value in (("run", "2"), ("pages_to_scan", "10000"), ("sleep_millisecs"
         with open("/sys/kernel/mm/ksm/" + name, "w") as f:
             f.write(value)
         said.append(name + " written")
-    except OSError as e:
+    except OSError:
         said.append(name + " refused")
 print(os.geteuid(), said)
 """
