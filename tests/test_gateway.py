@@ -251,6 +251,25 @@ async def test_a_full_gateway_and_the_legacy_protocol(
             await second.start(cwd=tmp_path, env={})
 
 
+async def test_a_legacy_gateway_gets_one_websocket_handshake(
+    full_legacy_gateway: Gateway, tmp_path: Path
+) -> None:
+    # Offered the v1 subprotocol, a legacy gateway answers without one. The
+    # client took that for a failed handshake and opened a second socket under
+    # the same session id, which the gateway handles as a reconnect: it hands
+    # the first socket's ZMQ streams to the second while the first's readiness
+    # check still runs on them, and that check's end can unsubscribe the
+    # second's IOPub (in CI a kernel "did not answer within 60 s").
+    backend = GatewayBackend(full_legacy_gateway.url, token=TOKEN)
+    async with AsyncSession(tmp_path, backend=backend) as s:
+        assert (await s.execute("6 * 7")).text == "42\n"
+        assert backend.channels is not None and not backend.channels.v1
+        kernel = backend.kernel_id
+    log = full_legacy_gateway.log.read_text()
+    assert log.count(f"101 GET /api/kernels/{kernel}/channels") == 1, log[-3000:]
+    assert "Replacing stale connection" not in log, log[-3000:]
+
+
 def test_kernelexec_gateway_generates_and_prints_a_token(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernelexec", "gateway", "--port", str(free_port())],

@@ -99,7 +99,6 @@ class KernelChannels:
         self.v1 = False
         self.reconnects = 0
         self.gave_up = False
-        self._subprotocols = [_wire.SUBPROTOCOL]
         self.last_heard = time.monotonic()
         self._ws: websocket.WebSocket | None = None
         self._reader: CappedReader | None = None  # the current socket's
@@ -187,32 +186,34 @@ class KernelChannels:
     # -- the reader thread and its helpers
 
     def _connect(self) -> None:
+        # The subprotocol is offered as a plain header and the server's choice
+        # read from its answer. Passed as ``subprotocols=``, websocket-client
+        # fails a handshake the server answered without one (a legacy gateway),
+        # and a second handshake under the same session id then races the
+        # gateway's handling of the first: it closes it, buffers the kernel's
+        # messages for that session and hands them to the second, while the
+        # first's readiness check still runs on the same ZMQ streams, and may
+        # unsubscribe the second's (its kernel then "did not answer" for 60 s).
         try:
             ws = websocket.create_connection(
                 self.url,
-                header=self.headers,
-                subprotocols=self._subprotocols,
+                header={**self.headers, "Sec-WebSocket-Protocol": _wire.SUBPROTOCOL},
                 timeout=_FRAME_SECONDS,
                 enable_multithread=True,
             )
         except websocket.WebSocketBadStatusException as exc:
             raise OpenFailed(f"HTTP {exc.status_code}", exc.status_code) from exc
-        except websocket.WebSocketException as exc:
-            if self._subprotocols and "Header" in str(exc):
-                # The server chose no subprotocol (an older jupyter_server or
-                # one told to use the legacy protocol): JSON frames from now on.
-                self._subprotocols = []
-                self._connect()
-                return
+        except (websocket.WebSocketException, OSError) as exc:
             raise OpenFailed(str(exc) or type(exc).__name__) from exc
-        except OSError as exc:
-            raise OpenFailed(str(exc) or type(exc).__name__) from exc
+        chosen = (ws.getheaders() or {}).get("sec-websocket-protocol", "")
         with self._lock:
             if self._closed.is_set():
                 ws.close()
                 return
             self._ws, self._reader = ws, CappedReader(ws, self.max_message_bytes)
-            self.v1 = ws.getsubprotocol() == _wire.SUBPROTOCOL
+            # Without the subprotocol (an older jupyter_server, or one told to
+            # use the legacy protocol): JSON frames.
+            self.v1 = chosen.strip().lower() == _wire.SUBPROTOCOL
             self._connection += 1
         self.last_heard = time.monotonic()
         self._up.set()
