@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +143,26 @@ def kernel_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 @pytest.fixture(scope="session")
 def recorded() -> dict[str, list[dict[str, Any]]]:
     return json.loads((DATA / "messages.json").read_text())
+
+
+async def until(condition: Callable[[], object | Awaitable[object]], within: float = 60.0) -> bool:
+    """Polls ``condition`` (a function, or an async one) until it holds (True) or
+    ``within`` seconds pass (False).
+
+    For a test that waits for another process, thread or kernel to act: a fixed
+    sleep is overrun on a loaded 2-core CI machine, and this returns as soon as
+    the thing has happened. The async twin of ``_serverproc.wait_for``.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
 
 
 def process_gone(pid: int) -> bool:

@@ -96,12 +96,17 @@ async def test_close_stops_the_kernel_and_its_children(tmp_path: Path) -> None:
 async def test_close_during_an_execution_ends_it_and_starts_no_new_kernel(tmp_path: Path) -> None:
     s = AsyncSession(tmp_path, interrupt_grace=0.5)
     kernel = await kernel_pid(s)
+    # Closed once the cell runs (it says so), ignoring the interrupt: not after a fixed
+    # time, which a loaded machine can pass before the cell even starts.
+    started = asyncio.Event()
     task = asyncio.create_task(
         s.execute(
-            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)"
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "print('running', flush=True)\ntime.sleep(60)",
+            on_output=lambda _: started.set(),
         )
     )
-    await asyncio.sleep(1.0)
+    await asyncio.wait_for(started.wait(), 60)
     await asyncio.wait_for(s.close(), 30)
     result = await asyncio.wait_for(task, 30)
     assert result.status == "cancelled" and "closed" in result.text

@@ -117,8 +117,15 @@ async def test_a_busy_parent_is_forked_after_its_execution_unless_told_not_to_wa
     tmp_path: Path,
 ) -> None:
     async with AsyncSession(tmp_path / "parent") as parent:
-        running = asyncio.create_task(parent.execute("import time; time.sleep(2); done = True"))
-        await asyncio.sleep(0.5)
+        # Forked while the cell runs (it says so): a fixed wait could end before it began.
+        started = asyncio.Event()
+        running = asyncio.create_task(
+            parent.execute(
+                "import time; print('running', flush=True); time.sleep(2); done = True",
+                on_output=lambda _: started.set(),
+            )
+        )
+        await asyncio.wait_for(started.wait(), 60)
         with pytest.raises(SessionBusyError, match="wait=True"):
             await parent.fork(tmp_path / "refused", wait=False)
         async with await parent.fork(tmp_path / "child") as child:

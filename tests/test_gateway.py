@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import until
 from jupyter_server.services.kernels.connection.base import (
     deserialize_msg_from_ws_v1,
     serialize_binary_message,
@@ -41,6 +42,7 @@ class CuttableProxy:
         self.writers: list[asyncio.StreamWriter] = []
         self.server: asyncio.Server | None = None
         self.swallowing = False
+        self.swallowed = 0  # bytes lost while swallowing: what a test waits for
 
     async def start(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -72,6 +74,7 @@ class CuttableProxy:
             try:
                 while data := await src.read(65536):
                     if upstream and self.swallowing:
+                        self.swallowed += len(data)
                         continue
                     dst.write(data)
                     await dst.drain()
@@ -121,7 +124,10 @@ async def test_a_request_lost_with_the_connection_is_sent_again(
         await s.execute("x = 41")
         proxy.swallow()
         task = asyncio.create_task(s.execute("x += 1\nx"))
-        await asyncio.sleep(0.5)  # the request went into the failing link
+        # Cut once the request went into the failing link, however long a loaded
+        # machine takes to send it: the first bytes lost are its own (a keepalive
+        # ping comes only after 20 s of silence).
+        assert await until(lambda: proxy.swallowed)
         proxy.cut()
         result = await task
         assert result.ok and result.text == "42\n" and not result.restarted, result.text
@@ -133,10 +139,16 @@ async def test_output_sent_while_the_socket_was_down_is_replayed(
 ) -> None:
     backend = GatewayBackend(await proxy.start(), token=TOKEN)
     async with AsyncSession(tmp_path, backend=backend, timeout=30) as s:
+        # Cut once the cell has printed 'before', so within its 1.5 s sleep: a
+        # fixed wait could end before the cell began, or after it ended.
+        before = asyncio.Event()
         task = asyncio.create_task(
-            s.execute("import time\nprint('before', flush=True)\ntime.sleep(1.5)\nprint('after')")
+            s.execute(
+                "import time\nprint('before', flush=True)\ntime.sleep(1.5)\nprint('after')",
+                on_output=lambda _: before.set(),
+            )
         )
-        await asyncio.sleep(0.7)
+        await asyncio.wait_for(before.wait(), 60)
         proxy.cut()
         result = await task
         assert result.ok and "after" in result.stdout, result.text

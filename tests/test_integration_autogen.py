@@ -14,6 +14,7 @@ from autogen_agentchat.agents import CodeExecutorAgent
 from autogen_agentchat.messages import TextMessage
 from autogen_core import CancellationToken, ComponentModel
 from autogen_core.code_executor import CodeBlock, CodeExecutor
+from conftest import until
 
 from kernelexec.integrations import Approval
 from kernelexec.integrations.autogen import KernelexecCodeExecutor, KernelexecCodeResult
@@ -186,14 +187,12 @@ async def test_cancellation_token_interrupts_the_kernel(
 ) -> None:
     await run(executor, "kept = 7")
     token = CancellationToken()
-    started = time.monotonic()
-    task = asyncio.ensure_future(
-        executor.execute_code_blocks(
-            [CodeBlock("import time\nprint('sleeping', flush=True)\ntime.sleep(60)", "python")],
-            token,
-        )
-    )
-    await asyncio.sleep(2)
+    # Cancelled once the cell runs (it says so in its work dir): a fixed wait
+    # could end before it began.
+    code = "import time\nprint('sleeping', flush=True)\nopen('begun', 'w').close()\ntime.sleep(60)"
+    task = asyncio.ensure_future(executor.execute_code_blocks([CodeBlock(code, "python")], token))
+    assert await until((executor.output_dir / "begun").exists)
+    started = time.monotonic()  # its 60 s sleep begins
     token.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

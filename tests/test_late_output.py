@@ -141,9 +141,14 @@ async def test_foreground_processes_output_arrives_in_their_own_cell_in_order(
 async def test_output_a_background_process_writes_before_the_cell_ends_stays_in_it(
     session: AsyncSession,
 ) -> None:
-    # Started in the background, but it writes while its cell still runs.
+    # Started in the background, but it writes while its cell still runs: the cell
+    # waits until it has (a fixed 0.5 s can run out first on a loaded machine).
     result = await session.execute(
-        "import os, time\nos.system('(echo bg done) &')\ntime.sleep(0.5)\nprint('end')"
+        "import os, time\nos.system('(echo bg done; touch written) &')\n"
+        "until = time.monotonic() + 60\n"
+        "while not os.path.exists('written') and time.monotonic() < until:\n"
+        "    time.sleep(0.05)\n"
+        "print('end')"
     )
     assert result.stdout == "bg done\nend\n", result.outputs
 

@@ -16,6 +16,7 @@ import httpx2
 import pytest
 from _mcpclient import stdio_mcp, texts
 from _serverproc import TOKEN
+from conftest import until
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ImageContent, ResourceLink
@@ -92,15 +93,22 @@ async def test_sessions_keep_state_apart_and_can_be_restarted(tmp_path: Path) ->
 
 
 async def test_errors_timeouts_and_interrupts(tmp_path: Path) -> None:
+    # The default session's work dir, where the sleeping cell says it has begun.
+    begun = tmp_path / "root" / "default" / "begun"
     async with stdio_mcp(tmp_path / "root") as client:
         failed = await call(client, "execute_code", code="print(undefined_variable)")
         await call(client, "execute_code", code="kept = 1")
         timed = await call(client, "execute_code", code="import time; time.sleep(30)", timeout=2)
         running = asyncio.ensure_future(
-            call(client, "execute_code", code="import time; time.sleep(60)")
+            call(
+                client,
+                "execute_code",
+                code="import time; open('begun', 'w').close(); time.sleep(60)",
+            )
         )
-        started = time.monotonic()
-        await asyncio.sleep(2)
+        # Interrupted once the cell runs: a fixed wait could end before it began.
+        assert await until(begun.exists)
+        started = time.monotonic()  # its 60 s sleep begins
         interrupted = await call(client, "interrupt_session")
         stopped = await running
         after = await call(client, "execute_code", code="print(kept)")

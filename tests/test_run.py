@@ -14,11 +14,23 @@ from pathlib import Path
 import nbformat
 import pytest
 from _pids import kernel_pid
-from conftest import SOON
+from conftest import SOON, until
 
-from kernelexec import AsyncSession
+from kernelexec import AsyncSession, ExecutionResult
 
 IGNORE_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+# A cell that says it is running, then sleeps: a test acts on it once it has said so,
+# not after a fixed time that a loaded machine can pass before the cell even starts.
+RUNNING = "import time\nprint('running', flush=True)\n"
+
+
+def running_cell(
+    session: AsyncSession, code: str
+) -> tuple[asyncio.Task[ExecutionResult], asyncio.Event]:
+    """``session.execute(RUNNING + code)`` as a task, and an event set once the cell runs."""
+    begun = asyncio.Event()
+    task = asyncio.create_task(session.execute(RUNNING + code, on_output=lambda _: begun.set()))
+    return task, begun
 
 
 async def test_timeout_interrupts_and_keeps_state(session: AsyncSession) -> None:
@@ -58,8 +70,8 @@ async def test_no_message_of_an_interrupted_execution_leaks_into_the_next(
 
 async def test_cancellation_interrupts_the_kernel_then_propagates(session: AsyncSession) -> None:
     await session.execute("x = 7")
-    task = asyncio.create_task(session.execute("import time\nwhile True: time.sleep(0.01)"))
-    await asyncio.sleep(1.0)
+    task, begun = running_cell(session, "while True: time.sleep(0.01)")
+    await asyncio.wait_for(begun.wait(), 60)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -72,10 +84,12 @@ async def test_cancellation_interrupts_the_kernel_then_propagates(session: Async
 
 
 async def test_interrupt_from_outside_stops_a_running_execution(session: AsyncSession) -> None:
-    task = asyncio.create_task(session.execute("import time\ntime.sleep(30)"))
-    await asyncio.sleep(1.0)
+    task, begun = running_cell(session, "time.sleep(30)")
+    await asyncio.wait_for(begun.wait(), 60)
     await session.interrupt()
-    result = await asyncio.wait_for(task, 5)
+    # Well under the cell's 30 s, with room for a loaded machine: a lost interrupt
+    # lets the sleep end with "ok", which the assertion below refuses.
+    result = await asyncio.wait_for(task, 25)
     assert result.status == "error" and result.error is not None
     assert result.error.ename == "KeyboardInterrupt"
 
@@ -105,11 +119,11 @@ async def test_kernel_death_from_inside_is_reported_fast(
 
 async def test_sigkill_from_outside_during_execution(session: AsyncSession) -> None:
     pid = await kernel_pid(session)
-    task = asyncio.create_task(session.execute("import time\ntime.sleep(60)"))
-    await asyncio.sleep(0.5)
+    task, begun = running_cell(session, "time.sleep(60)")
+    await asyncio.wait_for(begun.wait(), 60)
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    result = await asyncio.wait_for(task, 5)
+    result = await asyncio.wait_for(task, 30)  # how fast is asserted next, against SOON
     assert time.monotonic() - killed < SOON
     assert result.status == "kernel_died" and "SIGKILL" in (result.message or "")
     assert (await session.execute("1 + 1")).text == "2\n"
@@ -118,7 +132,13 @@ async def test_sigkill_from_outside_during_execution(session: AsyncSession) -> N
 async def test_sigkill_between_executions(session: AsyncSession) -> None:
     await session.execute("x = 1")
     os.kill(await kernel_pid(session), signal.SIGKILL)
-    await asyncio.sleep(0.3)
+
+    # Dead "since the last execution": once the backend can see it is, however
+    # long a loaded machine takes to end the kernel's process.
+    async def dead() -> bool:
+        return not await session._backend.is_alive()
+
+    assert await until(dead)
     result = await session.execute("print('ran'); 'x' in globals()")
     assert result.ok and result.restarted
     assert result.text.startswith("ran\nFalse\n")
@@ -250,8 +270,9 @@ async def test_restart_clears_state_and_interrupts_a_running_execution(
     session: AsyncSession,
 ) -> None:
     await session.execute("x = 1")
-    task = asyncio.create_task(session.execute("import time\ntime.sleep(30)"))
-    await asyncio.sleep(0.5)
-    await asyncio.wait_for(session.restart(), 10)
+    task, begun = running_cell(session, "time.sleep(30)")
+    await asyncio.wait_for(begun.wait(), 60)
+    # Under the cell's 30 s: the restart does not wait for the cell to end.
+    await asyncio.wait_for(session.restart(), 25)
     assert (await task).status == "error"
     assert (await session.execute("'x' in globals()")).text == "False\n"

@@ -290,7 +290,11 @@ def test_a_rotated_token_works_at_once_and_the_old_one_no_more(tmp_path: Path) -
         # A broken file keeps the tenants in force: no one is locked out, or let in.
         file.write_text("[tenants.dave\nscopes = ")
         server.proc.send_signal(signal.SIGHUP)
-        time.sleep(3)
+        # Asked once the server has read the broken file (it says so), not after a
+        # fixed time in which a loaded machine may not have read it yet.
+        assert wait_for(lambda: "stay in force" in server.log.read_text(), 60), (
+            server.log.read_text()
+        )
         assert new.get("/sessions").status_code == 200
         assert old.get("/sessions").status_code == 401
     finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import until
 from nbclient import NotebookClient
 
 from kernelexec import AsyncSession, Session
@@ -203,8 +204,14 @@ async def test_a_fork_of_a_kernel_that_made_its_transcript_a_pipe_does_not_hang(
         )
         await parent.execute(plant)
         await parent.flush()
-        await asyncio.sleep(3)
-        assert stat.S_ISFIFO((tmp_path / "parent" / "transcript.ipynb").lstat().st_mode)
+        transcript = tmp_path / "parent" / "transcript.ipynb"
+
+        def planted() -> bool:  # the thread's remove, then mkfifo: none for a moment
+            with contextlib.suppress(FileNotFoundError):
+                return stat.S_ISFIFO(transcript.lstat().st_mode)
+            return False
+
+        assert await until(planted)
         async with await parent.fork(tmp_path / "child") as child:
             assert (await child.execute("print(x)")).stdout == "1\n"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from _mcpclient import stdio_mcp, texts
-from _serverproc import ServerProcess
+from _serverproc import ServerProcess, wait_for
 from conftest import SOON
 
 from kernelexec import AsyncSession, Session
@@ -48,8 +48,15 @@ async def test_variables_answer_during_a_running_cell_and_touch_nothing(
     assert (await session.execute(SETUP)).ok
     before = (await session.execute("n_in = len(In); n_in")).execution_count
     notebook_before = session.notebook_path.read_bytes()
-    running = asyncio.create_task(session.execute("time.sleep(5)\nlate = 1"))
-    await asyncio.sleep(1.0)  # the cell is running
+    # Asked once the cell runs (it says so): a fixed wait could end before it began.
+    started = asyncio.Event()
+    running = asyncio.create_task(
+        session.execute(
+            "print('running', flush=True)\ntime.sleep(5)\nlate = 1",
+            on_output=lambda _: started.set(),
+        )
+    )
+    await asyncio.wait_for(started.wait(), 60)
     assert not running.done()
     listed = await session.variables()
     assert not running.done()  # answered while the cell still ran
@@ -150,7 +157,8 @@ def test_http_variables_while_a_cell_runs(server: ServerProcess) -> None:
     with server.http.stream(
         "POST", f"/sessions/{sid}/execute/stream", json={"code": "time.sleep(5)\nlate = 1"}
     ) as stream:
-        time.sleep(1.0)
+        # Asked once the server runs the cell: a fixed wait could end before it began.
+        assert wait_for(lambda: server.state(sid)["state"] == "busy", 60)
         listed = http.get(f"/sessions/{sid}/variables")
         assert listed.status_code == 200, listed.text
         names = {v["name"] for v in listed.json()["variables"]}
