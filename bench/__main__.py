@@ -183,6 +183,16 @@ ROWS = [
         samples_n=False,
     ),
     Row(
+        "16 sessions x 50: this process's CPU per execution",
+        "concurrent",
+        ("raw", "kernelexec", "autogen"),
+        lambda r: float(r["cpu_ms_per_execution"]),
+        "ms",
+        full_n=50,
+        quick_n=10,
+        samples_n=False,
+    ),
+    Row(
         "idle kernel USS",
         "idle",
         ("raw", "kernelexec", "autogen", "ag2"),
@@ -649,6 +659,10 @@ def results_page(table: str, args: argparse.Namespace) -> str:
         "(ZMQ over Unix sockets into the container).\n"
         "- Peak RSS growth is the measuring process's own (the agent's side), over its RSS "
         "before the output.\n"
+        "- This process's CPU per execution (16 x 50): the measuring process's user and system "
+        "time over the scenario, all its threads (`getrusage`), over its 800 executions; the "
+        "kernels' is not in it. ag2 is left out: its client talks to a server in another "
+        "process.\n"
         "- Idle memory is the kernel process and its children, from /proc/PID/smaps_rollup.\n"
         "- ag2's flood comes back empty because of its server, not its executor: "
         "`LocalJupyterServer` starts a stock Kernel Gateway, whose IOPub data rate limit "

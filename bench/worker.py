@@ -571,11 +571,15 @@ async def scenario(name: str, impl_name: str, n: int, root: Path) -> dict[str, A
             for k in range(per):
                 await impl.run(f"v = {k}")
 
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         await asyncio.gather(*(drive(i) for i in impls))
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         await asyncio.gather(*(i.close() for i in impls))
-        return {"samples": [elapsed], "executions": sessions * per}
+        return {
+            "samples": [elapsed],
+            "executions": sessions * per,
+            "cpu_ms_per_execution": cpu * 1000 / (sessions * per),
+        }
 
     if name in ("idle", "idle_preload"):
         impl = new(PRELOAD if name == "idle_preload" else None)
@@ -595,6 +599,12 @@ async def scenario(name: str, impl_name: str, n: int, root: Path) -> dict[str, A
     if name == "density":
         return await density(impl_name, n, root)
     raise SystemExit(f"unknown scenario {name}")
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time so far, every thread's, user and system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def warm_zygote(new: Callable[[str | None], Impl]) -> None:

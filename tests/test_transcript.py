@@ -189,6 +189,58 @@ async def test_a_giant_transcript_planted_by_the_kernel_is_never_read_into_memor
     assert nb.cells[-1].outputs[0]["text"] == "two\n"
 
 
+async def test_only_small_appends_are_written_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write on the loop's own thread holds every session's loop for as long
+    # as it takes, so only an append to the file this process left, bounded in
+    # bytes, is done there. A notebook the kernel rewrote is read back whole
+    # (up to a gigabyte): always on a worker thread.
+    from kernelexec._session import _transcript
+
+    seen: dict[str, list[int]] = {"append": [], "read": []}
+    append, read = _transcript.Transcript._append, _transcript.Transcript._read_cells
+
+    def spied_append(self: _transcript.Transcript, *args: object) -> bool:
+        seen["append"].append(threading.get_ident())
+        return append(self, *args)  # type: ignore[arg-type]
+
+    def spied_read(self: _transcript.Transcript, folder: int) -> list[dict[str, object]]:
+        seen["read"].append(threading.get_ident())
+        return read(self, folder)
+
+    monkeypatch.setattr(_transcript.Transcript, "_append", spied_append)
+    monkeypatch.setattr(_transcript.Transcript, "_read_cells", spied_read)
+    loop = threading.get_ident()
+    async with AsyncSession(tmp_path / "work") as s:
+        for n in range(3):
+            await s.execute(f"print({n})")
+        await s.flush()
+        assert loop in seen["append"]  # the second and third cells: appended here
+        seen["read"].clear()  # opening the session read its (missing) notebook here
+        rewrite = (
+            "import json\nnb = json.load(open('transcript.ipynb'))\n"
+            "nb['cells'][0]['source'] = 'planted'\n"
+            "json.dump(nb, open('transcript.ipynb', 'w'))"
+        )
+        assert (await s.execute(rewrite)).status == "ok"
+        await s.flush()
+        assert (await s.execute("print('after')")).stdout == "after\n"
+        await s.flush()
+    assert seen["read"] and loop not in seen["read"], seen
+    nb = nbformat.read(tmp_path / "work" / "transcript.ipynb", as_version=4)
+    assert nb.cells[0].source == "planted"  # the kernel's edit, read back and kept
+    assert [c.source for c in nb.cells][-1] == "print('after')"
+
+    # Over the bound, an append goes to the thread too.
+    monkeypatch.setattr(_transcript, "INLINE_BYTES", 0)
+    seen["append"].clear()
+    async with AsyncSession(tmp_path / "work") as s:
+        for n in range(3):
+            await s.execute(f"print({n})")
+    assert seen["append"] and loop not in seen["append"], seen
+
+
 async def test_a_fork_of_a_kernel_that_made_its_transcript_a_pipe_does_not_hang(
     tmp_path: Path,
 ) -> None:

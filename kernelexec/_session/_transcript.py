@@ -1,9 +1,11 @@
 """The session's notebook on disk: one code cell per execution.
 
 Every execution lands in the file right after it finishes: a task writes the
-file in a worker thread, and the session hands out a result only once
-``flush()`` says its cell is written. Cells added while a write is under way
-coalesce into the next one.
+file, and the session hands out a result only once ``flush()`` says its cell
+is written. Cells added while a write is under way coalesce into the next
+one. A small append is written on the event loop's thread, anything else
+(a first write, a notebook someone else changed, a large one) in a worker
+thread (``Transcript._append_here``).
 
 A reader or a crash never sees a torn notebook: each version is written whole
 under another name, then swapped with the file in one step
@@ -73,6 +75,10 @@ log = logging.getLogger("kernelexec")
 # read goes at gigabytes a second; this allows for a slow, busy reader).
 _READ_GRACE = 0.01
 _READ_RATE = 50e6
+
+# A write that copies and writes at most this many bytes is done on the event
+# loop's thread, not handed to a worker thread (``Transcript._append_here``).
+INLINE_BYTES = 1 << 20
 
 NBFORMAT, NBFORMAT_MINOR = 4, 5
 _METADATA: dict[str, Any] = {
@@ -189,7 +195,9 @@ class Transcript:
             batch, self._unwritten = self._unwritten, []
             try:
                 with _telemetry.transcript_write(len(batch)):
-                    await asyncio.to_thread(self._write, batch)
+                    pieces = [_dump(c) for c in batch]
+                    if not self._append_here(pieces):
+                        await asyncio.to_thread(self._write, pieces)
             except OSError as exc:
                 self._unwritten[:0] = batch  # kept for the next add() to retry
                 self.write_error = f"could not write {self.path}: {exc}"
@@ -197,27 +205,38 @@ class Transcript:
                 return
             self.write_error = None
 
-    def _write(self, batch: list[dict[str, Any]]) -> None:
-        pieces = [_dump(c) for c in batch]
+    def _append_here(self, pieces: list[str]) -> bool:
+        """Appends the cells on the event loop's own thread, when that is cheap; else False.
+
+        Handing a write to a thread costs more than the write itself when it
+        is small: the two threads pass the GIL back and forth at each of the
+        write's dozen system calls and at each of the loop's own, some 130
+        futex calls an execution with 16 sessions running, and each waits for
+        the other to be scheduled on a busy machine. So a write that copies
+        and writes at most ``INLINE_BYTES`` (the file's bytes up to the last
+        cell, and the new cells) is done here. Anything else, the first write
+        of all (it may read a notebook back) and a file not as this process
+        left it (the kernel can write it), goes to the thread.
+        """
+        written = self._written
+        if written is None or written.prefix + sum(map(len, pieces)) > INLINE_BYTES:
+            return False
+        folder, moved = self._own_folder()
+        for note in moved:
+            log.warning("kernelexec: %s", note)
+        try:
+            return self._append(folder, written, pieces)
+        finally:
+            os.close(folder)
+
+    def _write(self, pieces: list[str]) -> None:
         folder, moved = self._own_folder()
         for note in moved:
             log.warning("kernelexec: %s", note)
         try:
             written = self._written
-            if written is not None:
-                new = ((",\n" if written.cells else "") + ",\n".join(pieces)).encode()
-                if self._advance(folder, written, new, len(pieces)):
-                    return
-                temp, fd = _workdir.temp_file(folder)
-                if _extend(
-                    folder, self._name, written.identity, written.prefix, fd, new + self._tail()
-                ):
-                    self._install(
-                        folder, temp, fd, written.cells + len(pieces), written.prefix + len(new)
-                    )
-                    return
-                os.close(fd)
-                os.unlink(temp, dir_fd=folder)
+            if written is not None and self._append(folder, written, pieces):
+                return
             # The first write, or the file is not as this process left it.
             pieces = [_dump(c) for c in self._read_cells(folder)] + pieces
             body = ('{\n "cells": [\n' + ",\n".join(pieces)).encode()
@@ -231,6 +250,24 @@ class Transcript:
             self._install(folder, temp, fd, len(pieces), len(body))
         finally:
             os.close(folder)
+
+    def _append(self, folder: int, written: _Written, pieces: list[str]) -> bool:
+        """Appends to the file as this process left it; False, untouched, if it is not.
+
+        Costs the new cells and, at most, the file's bytes up to them, copied
+        inside the OS: into the previous version (``_advance``), or, within
+        its grace, into a new file.
+        """
+        new = ((",\n" if written.cells else "") + ",\n".join(pieces)).encode()
+        if self._advance(folder, written, new, len(pieces)):
+            return True
+        temp, fd = _workdir.temp_file(folder)
+        if _extend(folder, self._name, written.identity, written.prefix, fd, new + self._tail()):
+            self._install(folder, temp, fd, written.cells + len(pieces), written.prefix + len(new))
+            return True
+        os.close(fd)
+        os.unlink(temp, dir_fd=folder)
+        return False
 
     def _advance(self, folder: int, written: _Written, new: bytes, cells: int) -> bool:
         """Writes the next version into the previous one's file and swaps the two.
