@@ -7,12 +7,13 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import _testvenvs
 import pytest
+from servers import Gateway
 
 from kernelexec import AsyncSession, Session
 
@@ -67,6 +68,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         builder.start()
     for builder in builders:
         builder.join()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[None] | Any:
+    # A failed test that used a gateway carries the end of that gateway's log:
+    # what the gateway did is often the cause, and its process and files are
+    # gone when CI prints the failure.
+    report = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            log = getattr(value, "log", None)
+            if isinstance(value, Gateway) and isinstance(log, Path) and log.is_file():
+                tail = log.read_text(errors="replace")[-6000:]
+                report.sections.append((f"{name}: the end of {log.name}", tail))
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
