@@ -117,6 +117,33 @@ async def test_kernel_death_from_inside_is_reported_fast(
     assert any("kernel died" in c.source for c in cells if c.cell_type == "markdown")
 
 
+@pytest.mark.parametrize("raised", ["KeyboardInterrupt", "RuntimeError('broken')"])
+async def test_a_kernel_that_goes_idle_without_replying_ends_the_execution_at_once(
+    session: AsyncSession, raised: str
+) -> None:
+    # The cell breaks the kernel's own handler for the next request: ipykernel
+    # logs the failure, sends no reply, and goes idle (as when an interrupt
+    # lands just as a cell starts). The next execution waited out its timeout
+    # (30 s here), then the kernel was restarted and the state lost.
+    await session.execute("x = 1")
+    broken = await session.execute(
+        "k = get_ipython().kernel\n_do = k.do_execute\n"
+        "def _broken(*args, **kwargs):\n"
+        "    k.do_execute = _do\n"
+        f"    raise {raised}\n"
+        "k.do_execute = _broken"
+    )
+    assert broken.ok, broken.text
+    started = time.monotonic()
+    result = await session.execute("print('never')")
+    assert time.monotonic() - started < SOON
+    assert result.status == "error" and result.error is not None, result
+    assert result.error.ename == "ReplyMissing" and "without replying" in result.error.evalue
+    assert not result.restarted and result.stdout == ""
+    after = await session.execute("print(x + 1)")
+    assert (after.status, after.stdout, after.restarted) == ("ok", "2\n", False)
+
+
 async def test_sigkill_from_outside_during_execution(session: AsyncSession) -> None:
     pid = await kernel_pid(session)
     task, begun = running_cell(session, "time.sleep(60)")

@@ -35,6 +35,7 @@ _NOTED_CUTS = 5  # cuts described one by one in the result's message
 _KEPT_CUTS = 1_000  # cuts listed (their files in the result's files); the rest counted
 _USAGE_KEY = "kernelexec_usage"  # the execute_reply's metadata, from _kernel/usage.py
 DROPPED_ERROR = "MessageDropped"  # the ename of an execution whose reply may be lost
+MISSING_ERROR = "ReplyMissing"  # the ename of one the kernel went idle without answering
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,18 @@ class ExecutionReducer:
                 DROPPED_ERROR,
                 f"the kernel finished this code but its reply never came: a message over "
                 f"{_over(self._drop_cap)} was dropped unread, so how the code ended is not known",
+            )
+
+    def reply_missing(self) -> None:
+        """The kernel went idle about this execution and answered a later request, not this one."""
+        self.replied = True
+        if self.error is None:
+            self.error = ExecutionError(
+                MISSING_ERROR,
+                "the kernel went idle without replying to this code: its handler failed "
+                "before the reply (an interrupt that came just as the code was starting, or "
+                "code that broke the kernel's own handler; ipykernel logs which), so whether "
+                "and how the code ran is not known",
             )
 
     def add_stream(self, name: str, text: str) -> None:
