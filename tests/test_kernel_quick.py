@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
+
 from kernelexec import AsyncSession
 from kernelexec._kernel import quick
 
@@ -39,8 +41,9 @@ async def test_every_change_applies_on_this_ipykernel(session: AsyncSession) -> 
     # and "modules" where the kernel came from a zygote (tests/test_zygote.py);
     # "one-shell" unless the kernel keeps subshells (tests/test_one_shell.py)
     assert applied in (
-        "['log', 'signatures', 'plain-values', 'one-shell', 'signal-wakeup']",
-        "['log', 'signatures', 'plain-values', 'one-shell', 'signal-wakeup', 'modules']",
+        "['log', 'signatures', 'plain-values', 'one-shell', 'signal-wakeup', 'interrupt-guard']",
+        "['log', 'signatures', 'plain-values', 'one-shell', 'signal-wakeup', 'interrupt-guard', "
+        "'modules']",
     ), applied
 
 
@@ -144,3 +147,36 @@ def test_a_log_whose_handler_asks_for_debug_keeps_it() -> None:
         assert not log.isEnabledFor(logging.INFO) and log.isEnabledFor(logging.WARNING)
     finally:
         log.removeHandler(handler)
+
+
+@pytest.mark.parametrize("hook", ["pre", "post"])
+async def test_an_interrupt_outside_the_kernels_own_guard_does_not_end_it(
+    session: AsyncSession, hook: str
+) -> None:
+    # ipykernel catches the KeyboardInterrupt of a SIGINT only between its two
+    # hooks; one raised in either hook (a signal landing there: the host sends
+    # one as a cell begins, which can be as a quick cell ends) stopped the
+    # kernel's event loop, and the kernel ended with every variable.
+    await session.execute("x = 1")
+    land = (
+        "k = get_ipython().kernel\n"
+        f"_hook = k.{hook}_handler_hook\n"
+        "def _interrupted():\n"
+        f"    k.{hook}_handler_hook = _hook\n"
+        # pre: the handler is set, then the signal comes; post: it comes first
+        + ("    _hook()\n" if hook == "pre" else "")
+        + "    raise KeyboardInterrupt\n"
+        f"k.{hook}_handler_hook = _interrupted"
+    )
+    assert (await session.execute(land)).ok
+    landed = await session.execute("print('ran')")
+    assert landed.status != "kernel_died" and not landed.restarted, landed
+    if hook == "pre":  # before the code: no reply came
+        assert landed.error is not None and landed.error.ename == "ReplyMissing", landed
+    else:  # after it: the code ran and replied
+        assert (landed.status, landed.stdout) == ("ok", "ran\n"), landed
+    # SIGINT is ignored between requests again: an interrupt now would have
+    # raised in the kernel's event loop and ended it too.
+    await session.interrupt()
+    after = await session.execute("print(x + 1)")
+    assert (after.status, after.stdout, after.restarted) == ("ok", "2\n", False), after

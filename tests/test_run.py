@@ -144,6 +144,48 @@ async def test_a_kernel_that_goes_idle_without_replying_ends_the_execution_at_on
     assert (after.status, after.stdout, after.restarted) == ("ok", "2\n", False)
 
 
+async def test_an_interrupt_asked_for_before_the_kernel_began_the_code_stops_it(
+    session: AsyncSession,
+) -> None:
+    # The kernel sets its SIGINT handler only once it has taken a request up:
+    # an interrupt before that was ignored, and the code then ran in full (an
+    # agent that pressed stop just after sending a cell). Here the kernel is
+    # made slow to take requests up, and says when it has begun to.
+    slow = (
+        "import sys, time\nk = get_ipython().kernel\n_pre = k.pre_handler_hook\n"
+        "def _slow():\n"
+        "    k.pre_handler_hook = _pre\n"
+        "    print('taking it up', flush=True)\n"
+        "    time.sleep(1)\n"
+        "    _pre()\n"
+        "k.pre_handler_hook = _slow"
+    )
+    await session.execute("x = 1")
+    assert (await session.execute(slow)).ok
+    taking = asyncio.Event()
+    task = asyncio.create_task(
+        session.execute("time.sleep(30)\nprint('ran in full')", on_output=lambda _: taking.set())
+    )
+    await asyncio.wait_for(taking.wait(), 60)
+    started = time.monotonic()
+    await session.interrupt()  # the kernel ignores SIGINT for a second yet
+    result = await asyncio.wait_for(task, 30)
+    assert time.monotonic() - started < SOON
+    assert result.status == "error" and result.error is not None, result
+    assert result.error.ename == "KeyboardInterrupt" and "ran in full" not in result.stdout
+    assert not result.restarted
+    assert (await session.execute("print(x)")).stdout == "1\n"
+
+
+async def test_an_interrupt_with_nothing_running_leaves_the_next_execution_alone(
+    session: AsyncSession,
+) -> None:
+    await session.execute("x = 1")
+    await session.interrupt()
+    result = await session.execute("import time; time.sleep(0.5); print(x)")
+    assert (result.status, result.stdout) == ("ok", "1\n")
+
+
 async def test_sigkill_from_outside_during_execution(session: AsyncSession) -> None:
     pid = await kernel_pid(session)
     task, begun = running_cell(session, "time.sleep(60)")

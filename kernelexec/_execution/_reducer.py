@@ -99,6 +99,7 @@ class ExecutionReducer:
         self.idle = False
         self.heard = False  # a message of this execution's has come (its busy status first)
         self.replied = False
+        self.began = False  # the kernel has begun the code (its execute_input came)
         self.execution_count: int | None = None
         self.error: ExecutionError | None = None
         self.usage: Usage | None = None
@@ -211,6 +212,16 @@ class ExecutionReducer:
                 "and how the code ran is not known",
             )
 
+    def interrupted_unanswered(self) -> None:
+        """An interrupt sent as the code began reached the kernel before the code's reply."""
+        self.replied = True
+        if self.error is None:
+            self.error = ExecutionError(
+                "KeyboardInterrupt",
+                "interrupted as the code began (the interrupt was asked for before the kernel "
+                "began it); the kernel sent no reply, so how far the code ran is not known",
+            )
+
     def add_stream(self, name: str, text: str) -> None:
         """Append stream text that did not come from the kernel (an input echo)."""
         self._stream(name, text)
@@ -260,6 +271,7 @@ class ExecutionReducer:
             self.idle = True
 
     def _on_execute_input(self, msg: Message) -> None:
+        self.began = True
         self.execution_count = count_from(
             msg["content"].get("execution_count"), self.execution_count
         )

@@ -37,7 +37,7 @@ from ._live import LiveOutput, OutputListener
 from ._messages import live_output
 from ._reducer import ExecutionReducer
 
-__all__ = ["InputAnswerer", "Outcome", "run_code"]
+__all__ = ["InputAnswerer", "Interrupts", "Outcome", "run_code"]
 
 POLL_SECONDS = 0.2
 # After the reply, IOPub silent this long means the idle status was lost (a
@@ -52,6 +52,23 @@ Ending = Literal["done", "died", "deadline"]
 InputAnswerer = Callable[[str], Awaitable["str | None"]]
 """Answers the kernel's input requests as they come: given the prompt, the reply,
 or None for end of file. Its wait counts against the execution's timeout."""
+
+
+@dataclass
+class Interrupts:
+    """One execution's interrupts: one asked for before the kernel began the code waits for it.
+
+    A kernel ignores SIGINT until it has taken the request up (ipykernel sets
+    its handler then, just before it says ``execute_input``): an interrupt
+    that arrives before, just after the code was sent or while its kernel was
+    starting, was lost, and the code then ran in full. Asked for then, it is
+    sent as the code begins, and not before (a timeout's or a cancellation's
+    interrupt, ``stop``, goes at once, to whatever the kernel runs).
+    """
+
+    begun: bool = False  # the kernel began the code (its execute_input came)
+    pending: bool = False  # an interrupt waits for the code to begin
+    sent_at_start: bool = False  # and was sent as it began
 
 
 @dataclass
@@ -73,6 +90,7 @@ async def run_code(
     grace: float,
     stdin: Sequence[str] | InputAnswerer | None,
     on_output: OutputListener | None = None,
+    interrupts: Interrupts | None = None,
 ) -> Outcome:
     """Runs ``source`` and folds its messages until the kernel is done with it.
 
@@ -82,12 +100,14 @@ async def run_code(
 
     Args:
         stdin: the answers to ``input()``, in order, or an ``InputAnswerer``.
+        interrupts: the execution's, shared with whoever may interrupt it.
     """
     sent = time.monotonic()
     msg_id = await backend.execute(source, allow_stdin=stdin is not None)
     answerer = stdin if callable(stdin) else None
     answers = deque(() if callable(stdin) else stdin or ())
     run = _Run(backend, reducer_factory(msg_id), answers, on_output, sent, answerer)
+    run.interrupts = interrupts or Interrupts()
     try:
         ending = await run.collect(time.monotonic() + timeout)
     except asyncio.CancelledError:
@@ -125,6 +145,7 @@ class _Run:
         self.probe_heard = False  # on IOPub: so has its idle status
         self.saw_drop = False  # a message of this execution's was dropped
         self.idle_at: float | None = None  # when the idle status was seen with no reply yet
+        self.interrupts = Interrupts()
 
     async def collect(self, deadline: float) -> Ending:
         heard = time.monotonic()
@@ -158,6 +179,8 @@ class _Run:
                     return "deadline"
             elif self.reducer.feed(msg) and self.on_output is not None:
                 self._show(msg)
+            if self.reducer.began and not self.interrupts.begun:
+                await self._begun()
         if not self.reducer.replied:
             self._reply_lost()
         return "done"
@@ -174,9 +197,20 @@ class _Run:
         elif now - self.idle_at >= POLL_SECONDS:
             self.probe = await self.backend.request_kernel_info()
 
+    async def _begun(self) -> None:
+        interrupts = self.interrupts
+        interrupts.begun = True
+        if interrupts.pending:
+            interrupts.pending, interrupts.sent_at_start = False, True
+            await self.backend.interrupt()
+
     def _reply_lost(self) -> None:
         if self.saw_drop:
             self.reducer.reply_lost()
+        elif self.interrupts.sent_at_start:
+            # Sent as the code began, it can land before IPython runs the cell,
+            # where ipykernel catches it and sends no reply.
+            self.reducer.interrupted_unanswered()
         else:
             self.reducer.reply_missing()
 

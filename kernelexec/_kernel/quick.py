@@ -41,6 +41,18 @@ ipykernel we support, so an upgrade that moves them fails there, loudly):
   shell, and a ``create_subshell_request`` gets an error reply (ipykernel
   would send none). Only for ipykernel's own kernel class (one configured in
   its place keeps the thread).
+- **a stray interrupt does not end the kernel**: ipykernel turns SIGINT into
+  ``KeyboardInterrupt`` only while it handles a request, from its
+  ``pre_handler_hook`` to its ``post_handler_hook``, and catches it around
+  the handler; one that lands in the few bytecodes outside that guard (in
+  the hooks, or as the handler's ``finally`` begins) escaped
+  ``dispatch_shell``, stopped the event loop, and the kernel's app
+  returned: the kernel ended, its variables lost. An interrupt sent as a
+  quick cell ends lands there now and then (the host sends one as a cell
+  begins when it was asked for before). It is caught around
+  ``dispatch_shell`` now: SIGINT is ignored again, as between requests, the
+  kernel logs it and says it is idle (so the request ends: a client waits
+  for that status), and goes on reading requests.
 - **signals wake the event loop**: a signal's Python handler runs only once the
   main thread runs Python again, and the loop waiting on its sockets did not,
   so an interrupt reached an async cell only when the loop next woke (a cell
@@ -85,6 +97,8 @@ def install(app: Any) -> list[str]:
         applied.append("one-shell")
     if kernel is not None and _wake_on_signals(kernel):
         applied.append("signal-wakeup")
+    if kernel is not None and _survive_stray_interrupts(kernel):
+        applied.append("interrupt-guard")
     if _known_modules is not None and (
         getattr(kernel, "_kernel_modules", None) is _known_modules
         or getattr(shell, "_sys_modules_keys", None) is _known_names
@@ -166,6 +180,33 @@ def lean_app(base: type) -> type:
             self.shell._sys_modules_keys = names
 
     return LeanKernelApp
+
+
+def _survive_stray_interrupts(kernel: Any) -> bool:
+    """A ``KeyboardInterrupt`` that escapes ``dispatch_shell`` is caught there (see above)."""
+    import inspect
+    import signal
+
+    dispatch = getattr(kernel, "dispatch_shell", None)
+    if getattr(dispatch, "_kernelexec_guard", False):
+        return True  # installed already (install runs again in a test)
+    if not inspect.iscoroutinefunction(dispatch) or not hasattr(kernel, "_publish_status"):
+        return False
+
+    async def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await dispatch(*args, **kwargs)
+        except KeyboardInterrupt:
+            # First of all, so that another interrupt cannot land here too.
+            signal.signal(signal.SIGINT, getattr(kernel, "saved_sigint_handler", signal.SIG_IGN))
+            with contextlib.suppress(Exception):
+                kernel.log.error("KeyboardInterrupt outside the request's handler, caught")
+                kernel._publish_status("idle", "shell")
+            return None
+
+    guarded._kernelexec_guard = True  # type: ignore[attr-defined]
+    kernel.dispatch_shell = guarded
+    return True
 
 
 _wakeup: list[int] = []  # [pid, read end, write end] of the pipe signals wake the loop through

@@ -16,7 +16,7 @@ from .._exceptions import CheckpointError, ConfigurationError, SessionClosedErro
 from .._execution._background import Execution, ExecutionStore, run_in_background
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult, Limits
-from .._execution._run import InputAnswerer
+from .._execution._run import InputAnswerer, Interrupts
 from .._markdown._blocks import BlockResult, CodeBlock, extract_code_blocks, run_blocks
 from .._remote_models import FileInfo
 from .._state._fork import ForkMethod, ForkReport
@@ -221,6 +221,7 @@ class AsyncSession:
         self._kernel_up = False
         self._restarting: asyncio.Task[None] | None = None
         self._running = False
+        self._interrupts: Interrupts | None = None  # the execution's that holds the lock
         self._closed = False
         self._dead: str | None = None  # why the kernel is down, when auto_restart is off
         self._checkpoint_every = checkpoint_every
@@ -489,9 +490,19 @@ class AsyncSession:
             self._transcript.add(cell)
 
     async def interrupt(self) -> None:
-        """Interrupts whatever the kernel is running (a KeyboardInterrupt)."""
+        """Interrupts whatever the kernel is running (a KeyboardInterrupt).
+
+        This session's execution that the kernel has not begun yet (just
+        sent, or its kernel still starting) is interrupted as it begins, not
+        before: a kernel ignores an interrupt until then, and the code ran in
+        full. (One interrupt, not two: a second one, landing as the kernel
+        handles the first, can stop the kernel's own request loop.)
+        """
         self._check_open()
-        if self._kernel_up:
+        interrupts = self._interrupts
+        if interrupts is not None and not interrupts.begun:
+            interrupts.pending = True
+        elif self._kernel_up:
             await self._backend.interrupt()
 
     async def restart(self, *, keep_state: bool = False) -> RestoreReport | None:

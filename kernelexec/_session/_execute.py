@@ -24,7 +24,7 @@ from .._execution._languages import kernel_source, normalize_language
 from .._execution._live import OutputListener
 from .._execution._models import ExecutionResult, Status
 from .._execution._reducer import ExecutionReducer, Folded
-from .._execution._run import InputAnswerer, Outcome, run_code
+from .._execution._run import InputAnswerer, Interrupts, Outcome, run_code
 from ._lifecycle import STATE_LOST, ensure_kernel, revive_if_dead, schedule_restart
 from ._recovery import after_execution, on_death, recover
 from ._transcript import code_cell, note_cell
@@ -54,6 +54,8 @@ async def execute(
         if session._dead is not None:
             return _kernel_down(session._dead, normalized or "python")
         session._seq += 1
+        # From here interrupt() is this execution's, its kernel still starting or not.
+        session._interrupts = Interrupts()
         try:
             if refused is not None or normalized is None:
                 assert refused is not None
@@ -66,6 +68,7 @@ async def execute(
             # The cell is in the file before its result is handed out: a
             # crash right after a result loses nothing, and a caller may
             # delete or copy the work dir as soon as it has the result.
+            session._interrupts = None
             await session._transcript.flush()
 
 
@@ -114,6 +117,7 @@ async def _execute(
             grace=session.interrupt_grace,
             stdin=stdin,
             on_output=on_output,
+            interrupts=session._interrupts,
         )
     finally:
         session._running = False
