@@ -18,7 +18,7 @@ import nbformat
 import pytest
 import websocket
 from _labproc import LabProcess
-from _serverproc import ServerProcess, execute_request, free_port, jupyter_message
+from _serverproc import ServerProcess, execute_request, free_port, jupyter_message, wait_for
 from jupyter_client import BlockingKernelClient
 
 from kernelexec import Session
@@ -473,6 +473,56 @@ def test_a_connection_flooding_the_kernel_with_executions_is_refused_past_a_boun
     statuses = [c.metadata["kernelexec"]["status"] for c in attached]
     assert statuses[-1] == "ok" and set(statuses) <= {"error", "aborted", "ok"}, statuses[-3:]
     assert statuses.count("error") == 1 and "aborted" in statuses  # the interrupted sleep
+
+
+def test_a_persons_interrupt_stops_their_cell_while_the_agents_waits_behind_it(
+    server: ServerProcess,
+) -> None:
+    """JupyterLab's interrupt is for the cell that runs: a person's, here, with the agent's
+    execution sent to the kernel and waiting behind it. The session's own interrupt waits
+    for its execution to begin; this one must not, or the person's cell runs on."""
+    session_id = server.create()
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{server.port}/api/kernels/{session_id}/channels",
+        header=[f"Authorization: token {server.token}"],
+        timeout=60,
+    )
+    agent: list[dict[str, Any]] = []
+    try:
+        busy = execute_request(BUSY)
+        ws.send(json.dumps(busy))
+        while True:  # asleep: only the interrupt ends it
+            msg = json.loads(ws.recv())
+            if (
+                msg["msg_type"] == "stream"
+                and msg["parent_header"].get("msg_id") == (busy["header"]["msg_id"])
+            ):
+                break
+        waiting = threading.Thread(
+            target=lambda: agent.append(server.execute(session_id, "print('agent')"))
+        )
+        waiting.start()
+        assert wait_for(lambda: server.state(session_id)["state"] == "busy", 60)
+        assert server.http.post(f"/api/kernels/{session_id}/interrupt").status_code == 204
+        while True:
+            msg = json.loads(ws.recv())
+            if (
+                msg["msg_type"] == "execute_reply"
+                and msg["parent_header"].get("msg_id") == (busy["header"]["msg_id"])
+            ):
+                break
+        assert msg["content"]["status"] == "error", msg["content"]
+        assert msg["content"]["ename"] == "KeyboardInterrupt", msg["content"]
+        waiting.join(120)
+    finally:
+        ws.close()
+    # The agent's, queued behind the person's cell when it failed, is aborted by the kernel
+    # (ipykernel's way with a cell that stops on error), or runs if it came just after.
+    assert agent, "the agent's execution did not end"
+    ended = agent[0]
+    assert (ended["status"], ended["stdout"]) == ("ok", "agent\n") or (
+        ended["status"] == "error" and ended["error"]["ename"] == "Aborted"
+    ), ended
 
 
 def test_a_kernel_cannot_hide_a_persons_cell_by_forging_its_reply(server: ServerProcess) -> None:

@@ -177,7 +177,8 @@ async def shutdown_kernel(request: Request) -> Response:
 
 
 async def interrupt_kernel(request: Request) -> Response:
-    await _registry(request).interrupt(_session_id(request))
+    # JupyterLab's interrupt: the cell that runs, a person's perhaps, not the agent's next one.
+    await _registry(request).interrupt(_session_id(request), kernel_wide=True)
     return Response(status_code=204)
 
 

@@ -373,14 +373,22 @@ class Registry:
         finally:
             self.release(entry)
 
-    async def interrupt(self, session_id: str) -> Entry:
-        """Interrupts what the session's kernel runs; HTTP 409 if it closed meanwhile."""
+    async def interrupt(self, session_id: str, *, kernel_wide: bool = False) -> Entry:
+        """Interrupts what the session's kernel runs; HTTP 409 if it closed meanwhile.
+
+        ``kernel_wide``: whatever the kernel runs, now (the Jupyter API's, a
+        person's); else the session's execution, as it begins if it has not
+        (``AsyncSession.interrupt``).
+        """
         entry = self.get_live(session_id)
         entry.touch()
         if entry.suspended or entry.suspending:
             return entry  # nothing of the session's runs; its checkpoint is left to finish
         try:
-            await entry.session.interrupt()
+            if kernel_wide:
+                await entry.session._interrupt_kernel()
+            else:
+                await entry.session.interrupt()
         except SessionClosedError:
             raise closed_meanwhile() from None
         return entry

@@ -505,6 +505,16 @@ class AsyncSession:
         elif self._kernel_up:
             await self._backend.interrupt()
 
+    async def _interrupt_kernel(self) -> None:
+        """Interrupts whatever the kernel runs, now: a person's interrupt, from JupyterLab.
+
+        Not deferred for this session's execution: the person means the cell
+        that runs, their own perhaps, with the agent's waiting behind it.
+        """
+        self._check_open()
+        if self._kernel_up:
+            await self._backend.interrupt()
+
     async def restart(self, *, keep_state: bool = False) -> RestoreReport | None:
         """Replaces the kernel with a fresh one; a running execution is interrupted first.
 
