@@ -28,7 +28,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from _mcpclient import stdio_mcp, texts
-from _serverproc import ServerProcess, raw_request
+from _serverproc import ServerProcess, raw_request, wait_for
+from conftest import until
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 from servers import kernel_image
@@ -218,10 +219,7 @@ def test_the_notebook_route_never_serves_what_a_link_names(
         f"    os.symlink({str(notebook)!r}, 'transcript.ipynb')\n"
         "threading.Thread(target=_plant).start()",
     )
-    deadline = time.monotonic() + 60
-    while not (work / "transcript.ipynb").is_symlink() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert (work / "transcript.ipynb").is_symlink()
+    assert wait_for(lambda: (work / "transcript.ipynb").is_symlink(), 60)
     status, body = raw_request(server, "GET", f"/sessions/{sid}/notebook")
     assert SECRET.encode() not in body
     assert status in (200, 409), body
@@ -328,9 +326,8 @@ async def test_mcp_serves_no_file_a_link_names(tmp_path: Path) -> None:
             },
         )
         work = root / "default"
-        deadline = time.monotonic() + 60
-        while not (work / "leak.txt").is_symlink() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        # Planted (both links), or what follows tests nothing.
+        assert await until(lambda: (work / "leak.txt").is_symlink())
         got = await client.call_tool("get_notebook", {})
         read = await client.call_tool("read_file", {"path": "leak.txt"})
         read_notebook = await client.call_tool("read_file", {"path": "transcript.ipynb"})
