@@ -15,7 +15,7 @@ import _testvenvs
 import pytest
 from servers import Gateway
 
-from kernelexec import AsyncSession, Session
+from kernelexec import AsyncSession, ExecutionResult, Session
 
 DATA = Path(__file__).parent / "data"
 # Seconds within which "at once" must happen: far below the 30 s and more
@@ -181,6 +181,21 @@ async def until(condition: Callable[[], object | Awaitable[object]], within: flo
         if time.monotonic() > deadline:
             return False
         await asyncio.sleep(0.05)
+
+
+async def once_it_says(
+    session: AsyncSession, code: str, within: float = 60.0
+) -> asyncio.Task[ExecutionResult]:
+    """``session.execute(code)`` as a task, returned once the code has output something.
+
+    For a test that acts on a running cell (interrupts, cuts, forks it): the
+    cell prints first, and the test acts then, not after a fixed time that a
+    loaded machine can pass before the cell even starts.
+    """
+    said = asyncio.Event()
+    task = asyncio.create_task(session.execute(code, on_output=lambda _: said.set()))
+    await asyncio.wait_for(said.wait(), within)
+    return task
 
 
 def process_gone(pid: int) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from _pids import host_pid, kernel_pid
-from conftest import process_gone
+from conftest import once_it_says, process_gone
 
 from kernelexec import AsyncSession
 
@@ -98,15 +98,11 @@ async def test_close_during_an_execution_ends_it_and_starts_no_new_kernel(tmp_pa
     kernel = await kernel_pid(s)
     # Closed once the cell runs (it says so), ignoring the interrupt: not after a fixed
     # time, which a loaded machine can pass before the cell even starts.
-    started = asyncio.Event()
-    task = asyncio.create_task(
-        s.execute(
-            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-            "print('running', flush=True)\ntime.sleep(60)",
-            on_output=lambda _: started.set(),
-        )
+    task = await once_it_says(
+        s,
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "print('running', flush=True)\ntime.sleep(60)",
     )
-    await asyncio.wait_for(started.wait(), 60)
     await asyncio.wait_for(s.close(), 30)
     result = await asyncio.wait_for(task, 30)
     assert result.status == "cancelled" and "closed" in result.text

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import SOON, process_gone
+from conftest import SOON, once_it_says, process_gone
 from servers import kernel_image
 
 from kernelexec import AsyncSession, DockerBackend, Session, SessionBusyError
@@ -118,14 +118,9 @@ async def test_a_busy_parent_is_forked_after_its_execution_unless_told_not_to_wa
 ) -> None:
     async with AsyncSession(tmp_path / "parent") as parent:
         # Forked while the cell runs (it says so): a fixed wait could end before it began.
-        started = asyncio.Event()
-        running = asyncio.create_task(
-            parent.execute(
-                "import time; print('running', flush=True); time.sleep(2); done = True",
-                on_output=lambda _: started.set(),
-            )
+        running = await once_it_says(
+            parent, "import time; print('running', flush=True); time.sleep(2); done = True"
         )
-        await asyncio.wait_for(started.wait(), 60)
         with pytest.raises(SessionBusyError, match="wait=True"):
             await parent.fork(tmp_path / "refused", wait=False)
         async with await parent.fork(tmp_path / "child") as child:

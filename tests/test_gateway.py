@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import until
+from conftest import once_it_says, until
 from jupyter_server.services.kernels.connection.base import (
     deserialize_msg_from_ws_v1,
     serialize_binary_message,
@@ -141,14 +141,9 @@ async def test_output_sent_while_the_socket_was_down_is_replayed(
     async with AsyncSession(tmp_path, backend=backend, timeout=30) as s:
         # Cut once the cell has printed 'before', so within its 1.5 s sleep: a
         # fixed wait could end before the cell began, or after it ended.
-        before = asyncio.Event()
-        task = asyncio.create_task(
-            s.execute(
-                "import time\nprint('before', flush=True)\ntime.sleep(1.5)\nprint('after')",
-                on_output=lambda _: before.set(),
-            )
+        task = await once_it_says(
+            s, "import time\nprint('before', flush=True)\ntime.sleep(1.5)\nprint('after')"
         )
-        await asyncio.wait_for(before.wait(), 60)
         proxy.cut()
         result = await task
         assert result.ok and "after" in result.stdout, result.text

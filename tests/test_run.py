@@ -14,23 +14,13 @@ from pathlib import Path
 import nbformat
 import pytest
 from _pids import kernel_pid
-from conftest import SOON, until
+from conftest import SOON, once_it_says, until
 
-from kernelexec import AsyncSession, ExecutionResult
+from kernelexec import AsyncSession
 
 IGNORE_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-# A cell that says it is running, then sleeps: a test acts on it once it has said so,
-# not after a fixed time that a loaded machine can pass before the cell even starts.
+# A cell that says it is running, then sleeps: a test acts on it once it has said so.
 RUNNING = "import time\nprint('running', flush=True)\n"
-
-
-def running_cell(
-    session: AsyncSession, code: str
-) -> tuple[asyncio.Task[ExecutionResult], asyncio.Event]:
-    """``session.execute(RUNNING + code)`` as a task, and an event set once the cell runs."""
-    begun = asyncio.Event()
-    task = asyncio.create_task(session.execute(RUNNING + code, on_output=lambda _: begun.set()))
-    return task, begun
 
 
 async def test_timeout_interrupts_and_keeps_state(session: AsyncSession) -> None:
@@ -70,8 +60,7 @@ async def test_no_message_of_an_interrupted_execution_leaks_into_the_next(
 
 async def test_cancellation_interrupts_the_kernel_then_propagates(session: AsyncSession) -> None:
     await session.execute("x = 7")
-    task, begun = running_cell(session, "while True: time.sleep(0.01)")
-    await asyncio.wait_for(begun.wait(), 60)
+    task = await once_it_says(session, RUNNING + "while True: time.sleep(0.01)")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -84,8 +73,7 @@ async def test_cancellation_interrupts_the_kernel_then_propagates(session: Async
 
 
 async def test_interrupt_from_outside_stops_a_running_execution(session: AsyncSession) -> None:
-    task, begun = running_cell(session, "time.sleep(30)")
-    await asyncio.wait_for(begun.wait(), 60)
+    task = await once_it_says(session, RUNNING + "time.sleep(30)")
     await session.interrupt()
     # Well under the cell's 30 s, with room for a loaded machine: a lost interrupt
     # lets the sleep end with "ok", which the assertion below refuses.
@@ -162,11 +150,7 @@ async def test_an_interrupt_asked_for_before_the_kernel_began_the_code_stops_it(
     )
     await session.execute("x = 1")
     assert (await session.execute(slow)).ok
-    taking = asyncio.Event()
-    task = asyncio.create_task(
-        session.execute("time.sleep(30)\nprint('ran in full')", on_output=lambda _: taking.set())
-    )
-    await asyncio.wait_for(taking.wait(), 60)
+    task = await once_it_says(session, "time.sleep(30)\nprint('ran in full')")
     started = time.monotonic()
     await session.interrupt()  # the kernel ignores SIGINT for a second yet
     result = await asyncio.wait_for(task, 30)
@@ -188,8 +172,7 @@ async def test_an_interrupt_with_nothing_running_leaves_the_next_execution_alone
 
 async def test_sigkill_from_outside_during_execution(session: AsyncSession) -> None:
     pid = await kernel_pid(session)
-    task, begun = running_cell(session, "time.sleep(60)")
-    await asyncio.wait_for(begun.wait(), 60)
+    task = await once_it_says(session, RUNNING + "time.sleep(60)")
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     result = await asyncio.wait_for(task, 30)  # how fast is asserted next, against SOON
@@ -339,8 +322,7 @@ async def test_restart_clears_state_and_interrupts_a_running_execution(
     session: AsyncSession,
 ) -> None:
     await session.execute("x = 1")
-    task, begun = running_cell(session, "time.sleep(30)")
-    await asyncio.wait_for(begun.wait(), 60)
+    task = await once_it_says(session, RUNNING + "time.sleep(30)")
     # Under the cell's 30 s: the restart does not wait for the cell to end.
     await asyncio.wait_for(session.restart(), 25)
     assert (await task).status == "error"

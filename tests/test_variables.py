@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 from _mcpclient import stdio_mcp, texts
 from _serverproc import ServerProcess, wait_for
-from conftest import SOON
+from conftest import SOON, once_it_says
 
 from kernelexec import AsyncSession, Session
 
@@ -49,14 +48,7 @@ async def test_variables_answer_during_a_running_cell_and_touch_nothing(
     before = (await session.execute("n_in = len(In); n_in")).execution_count
     notebook_before = session.notebook_path.read_bytes()
     # Asked once the cell runs (it says so): a fixed wait could end before it began.
-    started = asyncio.Event()
-    running = asyncio.create_task(
-        session.execute(
-            "print('running', flush=True)\ntime.sleep(5)\nlate = 1",
-            on_output=lambda _: started.set(),
-        )
-    )
-    await asyncio.wait_for(started.wait(), 60)
+    running = await once_it_says(session, "print('running', flush=True)\ntime.sleep(5)\nlate = 1")
     assert not running.done()
     listed = await session.variables()
     assert not running.done()  # answered while the cell still ran
