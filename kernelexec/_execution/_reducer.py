@@ -190,36 +190,35 @@ class ExecutionReducer:
         if self.error is not None and self.error.ename == DROPPED_ERROR:
             self.error = None
 
-    def reply_lost(self) -> None:
-        """The kernel is done with this execution and its reply never came (dropped)."""
+    def reply_lost(self, *, interrupted: bool = False) -> None:
+        """The kernel is done with this execution and its reply never came.
+
+        Dropped with a message over the cap, if one was; else never sent: the
+        kernel went idle without it (its handler failed), which an interrupt
+        sent as the code began (``interrupted``) can make it do.
+        """
         self.replied = True
-        if self.error is None:
+        if self.error is not None:
+            return
+        if self._drops:
             self.error = ExecutionError(
                 DROPPED_ERROR,
                 f"the kernel finished this code but its reply never came: a message over "
                 f"{_over(self._drop_cap)} was dropped unread, so how the code ended is not known",
             )
-
-    def reply_missing(self) -> None:
-        """The kernel went idle about this execution and answered a later request, not this one."""
-        self.replied = True
-        if self.error is None:
+        elif interrupted:
+            self.error = ExecutionError(
+                "KeyboardInterrupt",
+                "interrupted as the code began (the interrupt was asked for before the kernel "
+                "began it); the kernel sent no reply, so how far the code ran is not known",
+            )
+        else:
             self.error = ExecutionError(
                 MISSING_ERROR,
                 "the kernel went idle without replying to this code: its handler failed "
                 "before the reply (an interrupt that came just as the code was starting, or "
                 "code that broke the kernel's own handler; ipykernel logs which), so whether "
                 "and how the code ran is not known",
-            )
-
-    def interrupted_unanswered(self) -> None:
-        """An interrupt sent as the code began reached the kernel before the code's reply."""
-        self.replied = True
-        if self.error is None:
-            self.error = ExecutionError(
-                "KeyboardInterrupt",
-                "interrupted as the code began (the interrupt was asked for before the kernel "
-                "began it); the kernel sent no reply, so how far the code ran is not known",
             )
 
     def add_stream(self, name: str, text: str) -> None:

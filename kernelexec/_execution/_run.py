@@ -106,8 +106,7 @@ async def run_code(
     msg_id = await backend.execute(source, allow_stdin=stdin is not None)
     answerer = stdin if callable(stdin) else None
     answers = deque(() if callable(stdin) else stdin or ())
-    run = _Run(backend, reducer_factory(msg_id), answers, on_output, sent, answerer)
-    run.interrupts = interrupts or Interrupts()
+    run = _Run(backend, reducer_factory(msg_id), answers, on_output, sent, answerer, interrupts)
     try:
         ending = await run.collect(time.monotonic() + timeout)
     except asyncio.CancelledError:
@@ -130,6 +129,7 @@ class _Run:
         on_output: OutputListener | None,
         sent: float,
         answerer: InputAnswerer | None = None,
+        interrupts: Interrupts | None = None,
     ) -> None:
         self.backend = backend
         self.answerer = answerer
@@ -143,9 +143,8 @@ class _Run:
         self.probe: str | None = None  # the kernel_info request sent after a drop
         self.probe_replied = False  # so this execution's reply has come or is lost
         self.probe_heard = False  # on IOPub: so has its idle status
-        self.saw_drop = False  # a message of this execution's was dropped
         self.idle_at: float | None = None  # when the idle status was seen with no reply yet
-        self.interrupts = Interrupts()
+        self.interrupts = interrupts or Interrupts()
 
     async def collect(self, deadline: float) -> Ending:
         heard = time.monotonic()
@@ -205,14 +204,9 @@ class _Run:
             await self.backend.interrupt()
 
     def _reply_lost(self) -> None:
-        if self.saw_drop:
-            self.reducer.reply_lost()
-        elif self.interrupts.sent_at_start:
-            # Sent as the code began, it can land before IPython runs the cell,
-            # where ipykernel catches it and sends no reply.
-            self.reducer.interrupted_unanswered()
-        else:
-            self.reducer.reply_missing()
+        # An interrupt sent as the code began can land before IPython runs the
+        # cell, where ipykernel catches it and sends no reply.
+        self.reducer.reply_lost(interrupted=self.interrupts.sent_at_start)
 
     def _over(self) -> bool:
         # The reply and the idle status came, or the probe says they never will.
@@ -228,7 +222,6 @@ class _Run:
             # status: a drop before anything of ours was another request's (a
             # JupyterLab cell's), seen late because the socket was being made again.
             return
-        self.saw_drop = True
         self.reducer.dropped(
             channel, cap=notice["cap"], size=notice.get("bytes"), count=notice["count"]
         )

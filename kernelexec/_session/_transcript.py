@@ -221,19 +221,11 @@ class Transcript:
         written = self._written
         if written is None or written.prefix + sum(map(len, pieces)) > INLINE_BYTES:
             return False
-        folder, moved = self._own_folder()
-        for note in moved:
-            log.warning("kernelexec: %s", note)
-        try:
+        with self._opened_folder() as folder:
             return self._append(folder, written, pieces)
-        finally:
-            os.close(folder)
 
     def _write(self, pieces: list[str]) -> None:
-        folder, moved = self._own_folder()
-        for note in moved:
-            log.warning("kernelexec: %s", note)
-        try:
+        with self._opened_folder() as folder:
             written = self._written
             if written is not None and self._append(folder, written, pieces):
                 return
@@ -248,6 +240,15 @@ class Transcript:
                 os.unlink(temp, dir_fd=folder)
                 raise
             self._install(folder, temp, fd, len(pieces), len(body))
+
+    @contextlib.contextmanager
+    def _opened_folder(self) -> Iterator[int]:
+        """A handle on the notebook's folder, made if need be (anything in the way moved aside)."""
+        folder, moved = self._own_folder()
+        for note in moved:
+            log.warning("kernelexec: %s", note)
+        try:
+            yield folder
         finally:
             os.close(folder)
 
