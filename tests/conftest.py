@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _tempchains
 import _testvenvs
 import pytest
 from servers import Gateway
@@ -92,9 +93,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _skipped.append(report.nodeid)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest removes its older temp dirs
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # the controller's, once every worker is done
+    _tempchains.remove_deep_chains(session.config)
     # In CI every real component is there, so a skip means one was not tested.
-    if IN_CI and _skipped and not hasattr(session.config, "workerinput"):
+    if IN_CI and _skipped:
         print(f"\nCI=true: {len(_skipped)} skipped tests count as failures:")
         for nodeid in _skipped:
             print(f"  {nodeid}")
