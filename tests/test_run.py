@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -159,6 +160,49 @@ async def test_an_interrupt_asked_for_before_the_kernel_began_the_code_stops_it(
     assert result.error.ename == "KeyboardInterrupt" and "ran in full" not in result.stdout
     assert not result.restarted
     assert (await session.execute("print(x)")).stdout == "1\n"
+
+
+# A kernel that never says execute_input (not every kernelspec's does).
+QUIET_KERNEL = """
+from ipykernel.ipkernel import IPythonKernel
+from ipykernel.kernelapp import IPKernelApp
+
+class Quiet(IPythonKernel):
+    def _publish_execute_input(self, *args):
+        pass
+
+IPKernelApp.launch_instance(kernel_class=Quiet)
+"""
+
+
+async def test_an_interrupt_reaches_a_kernel_that_never_says_execute_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The interrupt waited for an execute_input that never came: it was never
+    # sent, and the code ran on to its timeout. From a kernel not known to say
+    # one, the code's output says it has begun; and one seen to reply without
+    # one gets its interrupts at once.
+    spec = tmp_path / "jupyter" / "kernels" / "quiet"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-c", QUIET_KERNEL, "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    async with AsyncSession(tmp_path / "work", kernel_name="quiet", timeout=60) as session:
+        printing = await once_it_says(session, RUNNING + "x = 1\ntime.sleep(60)\nprint('ran')")
+        await session.interrupt()
+        result = await asyncio.wait_for(printing, 30)
+        assert result.error is not None and result.error.ename == "KeyboardInterrupt", result
+        assert "ran" not in result.stdout.replace("running", "")
+
+        flag = tmp_path / "begun"
+        silent = asyncio.create_task(
+            session.execute(f"open({str(flag)!r}, 'w').close()\nimport time\ntime.sleep(60)")
+        )
+        assert await until(flag.exists)  # it runs, and says nothing of it
+        await session.interrupt()
+        result = await asyncio.wait_for(silent, 30)
+        assert result.error is not None and result.error.ename == "KeyboardInterrupt", result
+        assert not result.restarted and (await session.execute("print(x)")).stdout == "1\n"
 
 
 async def test_an_interrupt_with_nothing_running_leaves_the_next_execution_alone(

@@ -94,12 +94,15 @@ class ExecutionReducer:
         limits: Limits,
         spill: Callable[[], TextIO] | None = None,
         spill_name: str | None = None,
+        output_begins: bool = True,
     ) -> None:
         self.msg_id = msg_id
         self.idle = False
         self.heard = False  # a message of this execution's has come (its busy status first)
         self.replied = False
-        self.began = False  # the kernel has begun the code (its execute_input came)
+        self.began = False  # the kernel has begun the code (see feed)
+        self.announced = False  # its execute_input came
+        self._output_begins = output_begins
         self.execution_count: int | None = None
         self.error: ExecutionError | None = None
         self.usage: Usage | None = None
@@ -154,7 +157,13 @@ class ExecutionReducer:
         if parent.get("msg_id") != self.msg_id:
             return False
         self.heard = True
-        handler = self._handlers.get(msg.get("header", {}).get("msg_type", ""))
+        msg_type = msg.get("header", {}).get("msg_type", "")
+        # A kernel says execute_input once it has taken the request up (ipykernel:
+        # its SIGINT handler set). One not known to say it has begun once it says
+        # anything else of the code but its status (busy comes before).
+        if msg_type == "execute_input" or (self._output_begins and msg_type != "status"):
+            self.began = True
+        handler = self._handlers.get(msg_type)
         if handler is not None:
             try:
                 handler(msg)
@@ -270,7 +279,7 @@ class ExecutionReducer:
             self.idle = True
 
     def _on_execute_input(self, msg: Message) -> None:
-        self.began = True
+        self.announced = True
         self.execution_count = count_from(
             msg["content"].get("execution_count"), self.execution_count
         )

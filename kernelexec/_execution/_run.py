@@ -66,7 +66,7 @@ class Interrupts:
     interrupt, ``stop``, goes at once, to whatever the kernel runs).
     """
 
-    begun: bool = False  # the kernel began the code (its execute_input came)
+    begun: bool = False  # the kernel began the code (its execute_input, or else output, came)
     pending: bool = False  # an interrupt waits for the code to begin
     sent_at_start: bool = False  # and was sent as it began
 
@@ -199,6 +199,8 @@ class _Run:
     async def _begun(self) -> None:
         interrupts = self.interrupts
         interrupts.begun = True
+        if interrupts.pending and self.reducer.replied:
+            interrupts.pending = False  # it said nothing before its reply: the code is done
         if interrupts.pending:
             interrupts.pending, interrupts.sent_at_start = False, True
             await self.backend.interrupt()

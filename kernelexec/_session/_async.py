@@ -222,6 +222,9 @@ class AsyncSession:
         self._restarting: asyncio.Task[None] | None = None
         self._running = False
         self._interrupts: Interrupts | None = None  # the execution's that holds the lock
+        # Whether its kernel says execute_input as it begins the code (None: not
+        # known yet). An interrupt before then waits for it, unless it does not.
+        self._announces: bool | None = None
         self._closed = False
         self._dead: str | None = None  # why the kernel is down, when auto_restart is off
         self._checkpoint_every = checkpoint_every
@@ -500,7 +503,7 @@ class AsyncSession:
         """
         self._check_open()
         interrupts = self._interrupts
-        if interrupts is not None and not interrupts.begun:
+        if interrupts is not None and not interrupts.begun and self._announces is not False:
             interrupts.pending = True
         elif self._kernel_up:
             await self._backend.interrupt()

@@ -104,7 +104,11 @@ async def _execute(
 
     def reducer_factory(msg_id: str) -> ExecutionReducer:
         return ExecutionReducer(
-            msg_id, limits=limits, spill=open_spill, spill_name=full_output_path(stem)
+            msg_id,
+            limits=limits,
+            spill=open_spill,
+            spill_name=full_output_path(stem),
+            output_begins=session._announces is not True,
         )
 
     session._running = True
@@ -121,6 +125,8 @@ async def _execute(
         )
     finally:
         session._running = False
+    if outcome.reducer.announced or outcome.reducer.replied:
+        session._announces = outcome.reducer.announced
     status, notes, restarted = _judge(session, outcome, timeout)
     notes.extend(spill_notes)
     if recovered:
