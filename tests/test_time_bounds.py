@@ -16,7 +16,7 @@ from conftest import SOON
 
 TESTS = Path(__file__).parent
 TIMERS = {"monotonic", "perf_counter", "time"}
-DURATIONS = {"elapsed", "took", "duration", "waited"}
+DURATIONS = {"elapsed", "took", "duration", "waited", "latency", "latencies", "p99", "p99s"}
 
 
 def _measures_time(node: ast.AST) -> bool:
@@ -73,8 +73,9 @@ def test_the_check_finds_a_tight_bound() -> None:
         "assert time.monotonic() - started < 2 + SOON\n"
         "assert usage.user_seconds < 0.5\n"  # CPU seconds measured, not a wait
         "assert elapsed < 30\n"
+        "assert min(p99s) < 0.25\n"  # a latency, however many tries
     )
-    assert [line for line, _ in tight_bounds(sample)] == [3, 4, 5]
+    assert [line for line, _ in tight_bounds(sample)] == [3, 4, 5, 10]
 
 
 def test_no_test_bounds_a_duration_below_soon() -> None:
