@@ -211,9 +211,11 @@ def test_a_short_cell_costs_one_call_to_the_node_and_output_still_streams(
     got = part(record, "placement")
     # The host answers execute with the cell's messages: no receive call after it.
     assert got["host_calls_short_cell"] == 1, got
-    # A cell printing a line every 0.5 s: each line comes while the cell runs.
+    # A cell printing a line every 0.5 s: each line comes while the cell runs, so the
+    # lines come apart (all at the cell's end, they would come together). Not when the
+    # first comes: that is the load's as much as the node's.
     at = got["printing_cell_lines_at"]
-    assert len(at) >= 3 and at[0] < 0.45 and at[1] < 0.95, at
+    assert len(at) >= 3 and at[1] - at[0] >= 0.25 and at[2] - at[1] >= 0.25, at
 
 
 def test_a_session_sees_the_gpus_ray_gave_it_and_no_other(record: dict[str, Any]) -> None:
