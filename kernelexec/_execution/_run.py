@@ -199,11 +199,13 @@ class _Run:
     async def _begun(self) -> None:
         interrupts = self.interrupts
         interrupts.begun = True
-        if interrupts.pending and self.reducer.replied:
-            interrupts.pending = False  # it said nothing before its reply: the code is done
-        if interrupts.pending:
-            interrupts.pending, interrupts.sent_at_start = False, True
-            await self.backend.interrupt()
+        if not interrupts.pending:
+            return
+        interrupts.pending = False
+        if self.reducer.replied:
+            return  # it said nothing of the code before its reply: the code is done
+        interrupts.sent_at_start = True
+        await self.backend.interrupt()
 
     def _reply_lost(self) -> None:
         # An interrupt sent as the code began can land before IPython runs the

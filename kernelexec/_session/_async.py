@@ -505,8 +505,8 @@ class AsyncSession:
         interrupts = self._interrupts
         if interrupts is not None and not interrupts.begun and self._announces is not False:
             interrupts.pending = True
-        elif self._kernel_up:
-            await self._backend.interrupt()
+        else:
+            await self._interrupt_kernel()
 
     async def _interrupt_kernel(self) -> None:
         """Interrupts whatever the kernel runs, now: a person's interrupt, from JupyterLab.
