@@ -29,7 +29,7 @@ import httpx
 import pytest
 import websocket
 from _serverproc import ServerProcess, jupyter_message, peak_growth
-from conftest import SOON, rss_mb
+from conftest import SOON, rss_mb, until
 from servers import TOKEN, Gateway, kernel_image, stock_kernel_gateway, tuned_gateway
 
 from kernelexec import (
@@ -442,7 +442,10 @@ async def test_a_paused_gateway_reader_keeps_its_socket_open(tmp_path: Path) -> 
             channels = backend.channels
             assert channels is not None and channels.v1
             await asyncio.to_thread(held_after, marker)
-            assert channels.queued_bytes >= QUEUED_BYTES  # paused
+            # Paused: the reader gets there once it has read 16 MiB of what the gateway
+            # sent, which a loaded machine may not have done when our RSS steadies.
+            paused = await until(lambda: channels.queued_bytes >= QUEUED_BYTES, SOON)
+            assert paused, channels.queued_bytes
             await asyncio.sleep(40)
             assert channels.reconnects == 0, gateway.log.read_text()[-3000:]
             after = await s.execute("x + 1")

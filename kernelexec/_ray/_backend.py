@@ -41,7 +41,7 @@ from .._environment import remote_env
 from .._exceptions import ConfigurationError, KernelexecError, KernelStartError
 from .._workdir import Refused
 from ._files import NodeAccess, bring_back
-from ._host import _FIRST_WAIT
+from ._host import _QUIET_WAIT
 
 __all__ = ["RayBackend", "join"]
 
@@ -297,7 +297,7 @@ class RayBackend:
         # The host answers with the request's first messages (a short cell's all).
         if self._reachable:
             call = self._host.execute.remote(self._kernel, code, allow_stdin)
-            answer = await self._answer(call, _FIRST_WAIT + self.lost_after)
+            answer = await self._answer(call, _QUIET_WAIT + self.lost_after)
             if answer is not None:
                 msg_id, *batch = answer
                 self._take(*batch)

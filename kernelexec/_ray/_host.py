@@ -61,9 +61,12 @@ __all__ = ["NodeHost"]
 log = logging.getLogger("kernelexec")
 
 _MOST = 256  # messages one receive answers with at most
-# How long ``execute`` waits for a request's first messages to send them with its answer:
-# a short cell's whole result; a long one's first output is this much later.
+# How long ``execute`` holds a request's messages to send them with its answer: the cell's
+# output waits at most _FIRST_WAIT (a long cell's first output is this much later); a cell
+# that says nothing yet is waited for up to _QUIET_WAIT, so that a short one, slowed by a
+# loaded node, still costs one call. Neither holds a finished cell: its idle status ends it.
 _FIRST_WAIT = 0.025
+_QUIET_WAIT = 0.25
 
 
 class NodeHost(HostFiles):
@@ -357,14 +360,15 @@ class NodeHost(HostFiles):
     ) -> tuple[str, list[KernelMessage], bool, float]:
         """The request's msg_id, and what ``receive`` would answer next.
 
-        The first messages come with the answer: those that arrive within
-        ``_FIRST_WAIT``, or fewer once the request is done (its reply and the
-        kernel's idle status are in). A short cell so costs its owner one call
-        to this actor, not three or four.
+        The first messages come with the answer: all of a request done within
+        ``_QUIET_WAIT`` (its reply and the kernel's idle status are in); of a
+        longer one, those that came by then, or by ``_FIRST_WAIT`` after its
+        first output, which is not held longer. A short cell so costs its owner
+        one call to this actor, not three or four, even on a loaded node.
         """
         backend = self._kernel(kernel_id)
         msg_id = await backend.execute(code, allow_stdin=allow_stdin)
-        deadline = time.monotonic() + _FIRST_WAIT
+        deadline = time.monotonic() + _QUIET_WAIT
         messages: list[KernelMessage] = []
         replied = idle = False
         while not (replied and idle) and len(messages) < _MOST:
@@ -373,6 +377,8 @@ class NodeHost(HostFiles):
                 break
             messages.append(message)
             channel, msg = message
+            if msg.get("msg_type") not in ("status", "execute_input"):
+                deadline = min(deadline, time.monotonic() + _FIRST_WAIT)
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
                 replied = replied or channel == "shell"
                 idle = idle or (
