@@ -68,6 +68,32 @@ async def test_method_process_forks_anyway_and_lists_the_hazard(tmp_path: Path) 
                 assert copy.fork_report is not None and copy.fork_report.method == "process"
 
 
+# A thread of the code's, busy outside the GIL (hashing 64 MB at a time): always on a CPU or
+# waiting for one, as a loaded machine leaves the kernel's own threads.
+BUSY_THREAD = """
+import hashlib, threading
+from sklearn.cluster import KMeans  # libgomp loaded; no parallel op, so no pool
+busy = True
+def hash_on(data=b"x" * 2**26):
+    while busy:
+        hashlib.sha256(data)
+threading.Thread(target=hash_on, name="hasher", daemon=True).start()
+"""
+
+
+async def test_a_thread_seen_running_is_not_taken_for_an_openmp_pool(tmp_path: Path) -> None:
+    # A thread running at each look counted as a pool's while libgomp was loaded: under
+    # CI's load, a quiet kernel's own thread did, and its fork was made by checkpoint.
+    async with AsyncSession(tmp_path / "parent", timeout=120) as parent:
+        assert (await parent.execute(BUSY_THREAD)).status == "ok"
+        async with await parent.fork(tmp_path / "child") as child:
+            report = child.fork_report
+            assert report is not None and report.method == "process", report
+            assert report.reason is None, report
+            assert any("'hasher'" in item for item in report.left_behind), report
+        await parent.execute("busy = False")
+
+
 async def test_threads_children_and_listening_sockets_are_reported(tmp_path: Path) -> None:
     async with AsyncSession(tmp_path / "parent") as parent:
         setup = (

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from kernelexec._kernel import hazards
@@ -52,3 +55,20 @@ def test_openmp_detection() -> None:
     assert hazards.openmp_hazard(libgomp, [None]) is not None  # unknown: assumed
     # And this process, which has no GPU driver open: nothing.
     assert hazards.cuda_hazard(hazards._fds().values(), []) is None
+
+
+def test_a_python_thread_running_is_never_a_pools() -> None:
+    # Python's threads are skipped (a pool's are native): one hashing outside the GIL
+    # reads "running" at every look, and counted as a pool thread of unknown place. In a
+    # process of its own: this one may hold other libraries' threads, spinning.
+    code = (
+        "import hashlib, threading\n"
+        "from kernelexec._kernel import hazards\n"
+        "def hash_on(data=b'x' * 2**26):\n"
+        "    while True:\n"
+        "        hashlib.sha256(data)\n"
+        "threading.Thread(target=hash_on, daemon=True).start()\n"
+        "print(hazards._thread_places())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "None" not in done.stdout, done

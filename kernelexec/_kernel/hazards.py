@@ -16,7 +16,11 @@ fork report lists:
   LLVM's OpenMP runtimes reset their pools in a forked child, so only
   libgomp counts. An idle pool thread sleeps in a futex call made from
   inside libgomp's own code; a thread whose place cannot be read (running
-  at the moment of the look) counts as one too, while libgomp is loaded.
+  each time it is looked at, for 0.1 s) counts as one too, while libgomp is
+  loaded. Python's threads and ZeroMQ's are never libgomp's: on a loaded
+  machine the kernel's own (its IOPub thread sending the request's busy
+  status) can wait that long for a CPU, and made a quiet kernel look like
+  one with a pool.
 - ``threads``: threads started by the user's code: a fork has only the
   thread that forked, so they do not run in the copy.
 - ``children``: processes this kernel started: they stay the parent's. In
@@ -36,6 +40,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,7 +51,8 @@ _GPU_FRAMEWORKS = ("torch", "cupy", "jax", "tensorflow", "numba", "pycuda")
 # Threads of the kernel itself (ipykernel's, kernelexec's), by the module
 # that defines the thread's class or its target.
 _KERNEL_MODULES = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "kernelexec_")
-_LOOKS = 3  # reads of a thread's place before "running" counts against it
+_RUNNING_FOR = 0.1  # seconds a thread seen running is looked at again before it counts
+_NOT_LIBGOMPS = ("ZMQbg/",)  # names of native threads that are another library's
 _MOST = 8  # items named in one hazard's text
 
 
@@ -56,7 +62,7 @@ def detect(own_children: Iterable[int] = (), own_ports: Iterable[int] = ()) -> l
     fds = _fds()
     for look in (
         lambda: cuda_hazard(fds.values(), sys.modules),
-        lambda: openmp_hazard(_libgomp_ranges(), _thread_places()),
+        _openmp_look,
         _threads_hazard,
         lambda: _children_hazard(set(own_children)),
         lambda: _sockets_hazard(fds, set(own_ports)),
@@ -85,6 +91,11 @@ def cuda_hazard(fd_targets: Iterable[str], modules: Iterable[str]) -> dict[str, 
             "a forked copy could not use the GPU"
         ),
     }
+
+
+def _openmp_look() -> dict[str, Any] | None:
+    libgomp = _libgomp_ranges()
+    return openmp_hazard(libgomp, _thread_places()) if libgomp else None
 
 
 def openmp_hazard(
@@ -132,36 +143,47 @@ def _libgomp_ranges() -> list[tuple[int, int]]:
 
 
 def _thread_places() -> list[int | None]:
-    """Where each other thread is: the address it made its system call from; None: running.
+    """Where each thread that could be libgomp's is: the address it made its system
+    call from; None: running, each time it was looked at for ``_RUNNING_FOR``.
 
     ``/proc/self/task/<tid>/syscall`` is "number args... sp pc" for a thread
-    in a system call and "running" for one on a CPU (a busy thread, or one
-    between calls: looked at again, a few times).
+    in a system call and "running" for one on a CPU or waiting for one (a
+    busy thread, or one between calls).
     """
-    me = threading.get_native_id()
-    places: list[int | None] = []
+    # Python's threads are never a pool's (the main one's id may be the zygote's: unmatched).
+    skip = {threading.get_native_id()} | {t.native_id for t in threading.enumerate()}
+    running: list[str] = []
     for name in os.listdir("/proc/self/task"):
-        if int(name) == me:
-            continue
-        place: int | None = None
-        for _ in range(_LOOKS):
-            try:
-                with open(f"/proc/self/task/{name}/syscall") as file:
-                    fields = file.read().split()
-            except OSError:  # ended since the listing
-                fields = ["gone"]
-            if fields[0] == "gone":
-                break
+        if int(name) not in skip and not _read(f"/proc/self/task/{name}/comm").startswith(
+            _NOT_LIBGOMPS
+        ):
+            running.append(name)
+    places: list[int | None] = []
+    deadline = time.monotonic() + _RUNNING_FOR
+    while running:
+        still = []
+        for name in running:
+            fields = _read(f"/proc/self/task/{name}/syscall").split()
             if len(fields) > 2:
-                place = int(fields[-1], 16)
-                break
-            os.sched_yield()
+                places.append(int(fields[-1], 16))
+            elif fields == ["running"]:
+                still.append(name)
+            # else: ended since the listing
+        running = still
+        if running and time.monotonic() < deadline:
+            time.sleep(0.002)
         else:
-            places.append(None)
-            continue
-        if place is not None:
-            places.append(place)
-    return places
+            break
+    return places + [None] * len(running)
+
+
+def _read(path: str) -> str:
+    """A /proc file's text; empty for a thread that has ended."""
+    try:
+        with open(path) as file:
+            return file.read()
+    except OSError:
+        return ""
 
 
 def _threads_hazard() -> dict[str, Any] | None:
