@@ -265,7 +265,7 @@ def test_record_never_waits_for_a_stuck_writer(
 ) -> None:
     path = tmp_path / "audit.log"
     log = AuditLog(path, queue_size=4)
-    slowest = 0.0
+    took: list[float] = []
     with open(f"{path}.lock", "wb") as holder, caplog.at_level(logging.WARNING, "kernelexec"):
         # Another holder of the lock (a wedged process sharing the file): the
         # writer waits on it, and the queue behind it fills.
@@ -273,11 +273,15 @@ def test_record_never_waits_for_a_stuck_writer(
         for number in range(1000):
             started = time.perf_counter()
             log.record(request("alice", number))
-            slowest = max(slowest, time.perf_counter() - started)
+            took.append(time.perf_counter() - started)
         assert path.read_text() == ""
     # The holder's file closed: the lock is free again.
     log.close(timeout=10)
-    assert slowest < 0.05  # microseconds, really; never the lock's time
+    # Microseconds each, really; never the lock's time. A record that waited (even
+    # 10 ms, for room in the queue) would make nearly all 1,000 slow; a loaded machine
+    # pausing this thread, a few.
+    slow = [t for t in took if t >= 0.01]
+    assert len(slow) < 100, slow[:10]
     assert 1000 - 2 * 4 - 1 <= log.dropped < 1000
     warnings = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
     assert len(warnings) == 1  # at most one a minute
