@@ -152,12 +152,12 @@ def _thread_places() -> list[int | None]:
     """
     # Python's threads are never a pool's (the main one's id may be the zygote's: unmatched).
     skip = {threading.get_native_id()} | {t.native_id for t in threading.enumerate()}
-    running: list[str] = []
-    for name in os.listdir("/proc/self/task"):
-        if int(name) not in skip and not _read(f"/proc/self/task/{name}/comm").startswith(
-            _NOT_LIBGOMPS
-        ):
-            running.append(name)
+    running = [
+        name
+        for name in os.listdir("/proc/self/task")
+        if int(name) not in skip
+        and not _read(f"/proc/self/task/{name}/comm").startswith(_NOT_LIBGOMPS)
+    ]
     places: list[int | None] = []
     deadline = time.monotonic() + _RUNNING_FOR
     while running:
