@@ -17,10 +17,10 @@ fork report lists:
   libgomp counts. An idle pool thread sleeps in a futex call made from
   inside libgomp's own code; a thread whose place cannot be read (running
   each time it is looked at, for 0.1 s) counts as one too, while libgomp is
-  loaded. Python's threads and ZeroMQ's are never libgomp's: on a loaded
-  machine the kernel's own (its IOPub thread sending the request's busy
-  status) can wait that long for a CPU, and made a quiet kernel look like
-  one with a pool.
+  loaded, unless it is Python's or ZeroMQ's: on a loaded machine the
+  kernel's own (its IOPub thread sending the request's busy status) can wait
+  that long for a CPU, and made a quiet kernel look like one with a pool. A
+  thread sleeping inside libgomp counts whatever its name.
 - ``threads``: threads started by the user's code: a fork has only the
   thread that forked, so they do not run in the copy.
 - ``children``: processes this kernel started: they stay the parent's. In
@@ -143,38 +143,44 @@ def _libgomp_ranges() -> list[tuple[int, int]]:
 
 
 def _thread_places() -> list[int | None]:
-    """Where each thread that could be libgomp's is: the address it made its system
-    call from; None: running, each time it was looked at for ``_RUNNING_FOR``.
+    """Where each other thread is: the address it made its system call from; None: running,
+    each time it was looked at for ``_RUNNING_FOR``.
 
     ``/proc/self/task/<tid>/syscall`` is "number args... sp pc" for a thread
     in a system call and "running" for one on a CPU or waiting for one (a
     busy thread, or one between calls).
     """
-    # Python's threads are never a pool's (the main one's id may be the zygote's: unmatched).
-    skip = {threading.get_native_id()} | {t.native_id for t in threading.enumerate()}
+    me = threading.get_native_id()
+    places, running = _places([name for name in os.listdir("/proc/self/task") if int(name) != me])
+    # Python's threads and ZeroMQ's are never a pool's: running, they do not count. (A pool's
+    # idle threads sleep inside libgomp, and count there whatever names the code gives them.)
+    python = {t.native_id for t in threading.enumerate()}  # the main one's may be the zygote's
     running = [
         name
-        for name in os.listdir("/proc/self/task")
-        if int(name) not in skip
+        for name in running
+        if int(name) not in python
         and not _read(f"/proc/self/task/{name}/comm").startswith(_NOT_LIBGOMPS)
     ]
-    places: list[int | None] = []
     deadline = time.monotonic() + _RUNNING_FOR
-    while running:
-        still = []
-        for name in running:
-            fields = _read(f"/proc/self/task/{name}/syscall").split()
-            if len(fields) > 2:
-                places.append(int(fields[-1], 16))
-            elif fields == ["running"]:
-                still.append(name)
-            # else: ended since the listing
-        running = still
-        if running and time.monotonic() < deadline:
-            time.sleep(0.002)
-        else:
-            break
-    return places + [None] * len(running)
+    while running and time.monotonic() < deadline:
+        time.sleep(0.002)
+        more, running = _places(running)
+        places += more
+    return [*places, *[None] * len(running)]
+
+
+def _places(names: Iterable[str]) -> tuple[list[int | None], list[str]]:
+    """Of the threads ``names``: the places of those in a system call, and those running
+    (one that has ended since is in neither)."""
+    places: list[int | None] = []
+    running = []
+    for name in names:
+        fields = _read(f"/proc/self/task/{name}/syscall").split()
+        if len(fields) > 2:
+            places.append(int(fields[-1], 16))
+        elif fields == ["running"]:
+            running.append(name)
+    return places, running
 
 
 def _read(path: str) -> str:
