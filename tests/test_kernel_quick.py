@@ -41,9 +41,10 @@ async def test_every_change_applies_on_this_ipykernel(session: AsyncSession) -> 
     # and "modules" where the kernel came from a zygote (tests/test_zygote.py);
     # "one-shell" unless the kernel keeps subshells (tests/test_one_shell.py)
     assert applied in (
-        "['log', 'signatures', 'plain-values', 'one-shell', 'signal-wakeup', 'interrupt-guard']",
-        "['log', 'signatures', 'plain-values', 'one-shell', 'signal-wakeup', 'interrupt-guard', "
-        "'modules']",
+        "['log', 'signatures', 'plain-values', 'transform-once', 'one-shell', 'signal-wakeup', "
+        "'interrupt-guard']",
+        "['log', 'signatures', 'plain-values', 'transform-once', 'one-shell', 'signal-wakeup', "
+        "'interrupt-guard', 'modules']",
     ), applied
 
 
@@ -89,6 +90,79 @@ async def test_a_printer_registered_for_a_plain_type_is_still_asked(session: Asy
     )
     markdown = [o["data"].get("text/markdown") for o in subclass.outputs if "data" in o]
     assert markdown == ["**m**"], subclass.outputs
+
+
+COUNT_TRANSFORMS = """\
+transforms = []
+def counted(lines):
+    transforms.append(''.join(lines))
+    return lines
+get_ipython().input_transformers_post.append(counted)
+"""
+
+
+async def test_a_cell_is_transformed_once(session: AsyncSession) -> None:
+    # ipykernel transformed a cell and asked whether it must run async, then
+    # the shell's run_cell did both again: twice IPython's transforms and a
+    # compile of the whole cell (1.4 ms a 30-line cell). Counted by a
+    # transformer of the code's own, which IPython runs at each transform.
+    assert (await session.execute(COUNT_TRANSFORMS)).ok
+    assert (await session.execute("before = len(transforms)")).ok
+    assert (await session.execute("x = 20\nx + 1")).text.strip() == "21"
+    # this cell's own transform comes before its code runs
+    counted = await session.execute("len(transforms) - before, transforms[-2]")
+    assert counted.text.strip() == "(2, 'x = 20\\nx + 1\\n')", counted.text
+
+
+@pytest.mark.parametrize(
+    ("cell", "shown"),
+    [
+        ("%precision 2\n1/3", "0.33"),  # a magic: IPython's transforms
+        ("!echo hi", "hi"),  # the shell escape
+        ("import asyncio\nawait asyncio.sleep(0)\n'awaited'", "'awaited'"),  # runs async
+        ("def f(:\n    pass", "SyntaxError"),
+    ],
+)
+async def test_each_kind_of_cell_runs_as_before(
+    session: AsyncSession, cell: str, shown: str
+) -> None:
+    result = await session.execute(cell)
+    assert shown in result.text, result.text
+
+
+async def test_the_codes_own_transforms_are_answered_afresh(session: AsyncSession) -> None:
+    # Outside ipykernel's execute, a second call for the same string is not
+    # the first's answer: here autocall turns "g 3" into a call once g exists.
+    result = await session.execute(
+        "shell = get_ipython()\n"
+        "shell.run_line_magic('autocall', '2')\n"
+        "cell = 'g 3'\n"
+        "first = shell.transform_cell(cell)\n"
+        "def g(n):\n"
+        "    return n * 2\n"
+        "second = shell.transform_cell(cell)\n"
+        "print(first.strip(), '|', second.strip())\n"
+        "print(shell.run_cell(cell).result)"
+    )
+    assert result.ok, result.text
+    assert "g 3 | g(3)" in result.stdout.splitlines(), result.text
+    assert result.stdout.splitlines()[-1] == "6", result.text
+    # and a cell of its own, transformed as the request's (a single line: autocall)
+    autocalled = await session.execute("g 4")
+    assert autocalled.text.split() == ["------>", "g(4)", "8"], autocalled.text
+    # A transformer that raises is the cell's error, each time.
+    broken = await session.execute(
+        "def broken(lines):\n"
+        "    if 'boom' in ''.join(lines):\n"
+        "        raise ValueError('no')\n"
+        "    return lines\n"
+        "shell.input_transformers_post.append(broken)"
+    )
+    assert broken.ok, broken.text
+    for _ in range(2):
+        failed = await session.execute("'boom'")
+        assert failed.status == "error" and "ValueError" in failed.text, failed.text
+    assert (await session.execute("2 + 2")).text.strip() == "4"
 
 
 def test_each_function_is_asked_its_own_signature() -> None:
