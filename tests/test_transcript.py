@@ -324,25 +324,41 @@ async def test_a_kernel_that_removes_or_links_away_its_work_dir_gets_no_byte_out
         assert after.text.strip() == "2" and not outside.exists()
 
 
-async def test_a_write_swaps_two_files_instead_of_copying_the_notebook(tmp_path: Path) -> None:
+async def test_a_write_swaps_two_files_instead_of_copying_the_notebook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Issue #33: each write made a new file and copied the whole notebook into
     # it, so a session that had drawn big images paid for them on every
     # execution. Now the file the last write displaced (its previous version)
-    # takes the new cells, and the two swap places: they take turns.
+    # takes the new cells, and the two swap places: they take turns. It took
+    # them only once a reader's grace had passed since the swap, so cells run
+    # back to back (under 10 ms apart) still copied the notebook each time: at
+    # 4,000 cells, 0.8 ms of this process's CPU an execution. Where nobody has
+    # the version open, and the OS says so (a lease), no grace is waited for:
+    # here the grace never passes, and the cells come back to back.
+    from kernelexec._session import _transcript
+
+    monkeypatch.setattr(_transcript, "_READ_GRACE", 3600.0)
+    made: list[int] = []
+    temp_file = _transcript._workdir.temp_file
+
+    def counted(folder: int) -> tuple[str, int]:
+        made.append(folder)
+        return temp_file(folder)
+
+    monkeypatch.setattr(_transcript._workdir, "temp_file", counted)
     previous = tmp_path / ".transcript.ipynb.previous"
-    with contextlib.ExitStack() as held:
-        async with AsyncSession(tmp_path) as s:
-            versions = []  # each version held open, so that no inode number is used again
-            for i in range(6):
-                await s.execute(f"print({i})")
-                versions.append(held.enter_context((tmp_path / "transcript.ipynb").open("rb")))
-                if i:
-                    # One write behind: a notebook a person can open, should they want it.
-                    nb = nbformat.read(previous, as_version=4)
-                    texts = [c.outputs[0]["text"] for c in nb.cells]
-                    assert texts == [f"{n}\n" for n in range(i)]
-                await asyncio.sleep(0.1)  # an agent's pause: longer than a reader's grace
-        inodes = [os.fstat(f.fileno()).st_ino for f in versions]
+    inodes = []
+    async with AsyncSession(tmp_path) as s:
+        for i in range(6):
+            await s.execute(f"print({i})")
+            inodes.append((tmp_path / "transcript.ipynb").stat().st_ino)
+            if i:
+                # One write behind: a notebook a person can open, should they want it.
+                nb = nbformat.read(previous, as_version=4)
+                texts = [c.outputs[0]["text"] for c in nb.cells]
+                assert texts == [f"{n}\n" for n in range(i)]
+    assert len(made) == 2, made  # the first two writes' (no version is displaced before)
     assert len(set(inodes)) == 2 and inodes[1::2] == [inodes[1]] * 3, inodes
     nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
     nbformat.validate(nb)
@@ -350,15 +366,59 @@ async def test_a_write_swaps_two_files_instead_of_copying_the_notebook(tmp_path:
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_the_os_says_who_has_a_file_open_here(tmp_path: Path) -> None:
+    # The transcript relies on it (above): Linux counts a file's readers for a
+    # lease only where it is built with IMA. A kernel without would make every
+    # write within a reader's grace copy the notebook again: said here, loudly.
+    import subprocess
+    import time
+
+    from kernelexec._workdir import _lease
+
+    assert _lease._sees_readers(), "this Linux does not count readers: leases cannot tell"
+    path = tmp_path / "file"
+    path.write_text("x" * 100)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        with _lease.alone(fd) as alone:
+            assert alone is True
+        with path.open("rb"):  # a reader in this process
+            with _lease.alone(fd) as alone:
+                assert alone is False
+        with path.open("rb") as held:  # and in another
+            reader = subprocess.Popen(["sleep", "60"], stdin=held)
+        try:
+            with _lease.alone(fd) as alone:
+                assert alone is False
+        finally:
+            reader.kill()
+            reader.wait()
+        # Held, an open by anyone else waits until the holder is done.
+        opened: list[float] = []
+        with _lease.alone(fd) as alone:
+            assert alone is True
+            opener = threading.Thread(target=lambda: opened.append(len(path.read_bytes())))
+            opener.start()
+            time.sleep(0.3)
+            assert opened == []
+        opener.join(10)
+        assert opened == [100]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("grace", [3600.0, 0.0])
 async def test_a_version_someone_may_still_be_reading_is_not_written_into(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grace: float
 ) -> None:
     # A reader that opened the notebook reads that version whole, however
-    # many writes follow, for the grace a version is left alone after it is
-    # swapped out (here made longer than the test, so its timing cannot matter).
+    # many writes follow: nobody writes into a version someone has open (the
+    # OS says so), nor, where it cannot tell, for the grace after it is
+    # swapped out (here made longer than the test, or none at all).
     from kernelexec._session import _transcript
 
-    monkeypatch.setattr(_transcript, "_READ_GRACE", 3600.0)
+    monkeypatch.setattr(_transcript, "_READ_GRACE", grace)
+    monkeypatch.setattr(_transcript, "_READ_RATE", 1e18)
     with contextlib.ExitStack() as held:
         async with AsyncSession(tmp_path) as s:
             opened = []
@@ -369,6 +429,62 @@ async def test_a_version_someone_may_still_be_reading_is_not_written_into(
         for reader, as_opened in opened:
             assert reader.read() == as_opened
     assert [len(json.loads(data)["cells"]) for _, data in opened] == [1, 2, 3, 4, 5]
+
+
+# A process of the kernel's own (no GIL shared with the kernel) opening the
+# previous version over and over, blocking and not, until the file "stop" appears.
+KEEP_OPENING = """\
+import json, os
+counts = {"read": 0, "torn": 0, "refused": 0}
+nonblocking = False
+while not os.path.exists("stop"):
+    nonblocking = not nonblocking
+    flags = os.O_RDONLY | (os.O_NONBLOCK if nonblocking else 0)
+    try:
+        fd = os.open(".transcript.ipynb.previous", flags)
+    except FileNotFoundError:
+        continue
+    except BlockingIOError:  # a lease held: a non-blocking open is refused
+        counts["refused"] += 1
+        continue
+    try:
+        data = b""
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+    finally:
+        os.close(fd)
+    try:
+        json.loads(data)
+        counts["read"] += 1
+    except ValueError:
+        counts["torn"] += 1
+print(json.dumps(counts))
+"""
+
+
+async def test_a_kernel_that_keeps_opening_the_previous_version_reads_no_torn_one(
+    tmp_path: Path,
+) -> None:
+    # Each open of the version being written into breaks the host's lease on
+    # it: the open waits until the write is done (or, non-blocking, fails),
+    # and the host is signalled (SIGURG, ignored; SIGIO would end it).
+    async with AsyncSession(tmp_path) as s:
+        started = await s.execute(
+            "import subprocess, sys\n"
+            f"opener = subprocess.Popen([sys.executable, '-c', {KEEP_OPENING!r}], "
+            "stdout=subprocess.PIPE, text=True)"
+        )
+        assert started.ok, started.text
+        for i in range(100):
+            result = await s.execute(f"x = {i}")
+            assert result.ok, result.text
+            await asyncio.sleep(0.02)  # past a reader's grace: the version is written into
+        counts = await s.execute("open('stop', 'w').close()\nprint(opener.communicate()[0])")
+        assert counts.ok, counts.text
+        seen = json.loads(counts.stdout)
+    assert seen["torn"] == 0 and seen["read"] > 0, seen
+    nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
+    assert [c.source for c in nb.cells][-2] == "x = 99"
 
 
 async def test_a_reader_never_sees_a_torn_transcript(tmp_path: Path) -> None:

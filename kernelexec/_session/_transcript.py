@@ -16,12 +16,14 @@ copies the last write's bytes into it (inside the OS, ``copy_file_range``),
 then writes the new cells and the closing lines. A write costs the new cells,
 in this process and in the OS, however large the notebook: no copy of the
 whole file, no new file, and no rename over a file, which on ext4 starts the
-writeback of all of it first. A file swapped out is written into only after a
-grace (``_READ_GRACE``, ``_READ_RATE``), so someone who opened it before reads
-it whole. Where files cannot be swapped, where the grace has not passed, or
-where either file is not as this process left it, a version is made under a
-temp name (the prefix copied from the notebook, or the notebook read back and
-written whole, edits kept) and renamed or swapped into place.
+writeback of all of it first. A file swapped out is written into only when
+nobody has it open, so someone who opened it before reads it whole: the OS
+says so, and keeps it so while it is written (a lease, ``_workdir.alone``);
+where it cannot tell, only after a grace (``_READ_GRACE``, ``_READ_RATE``).
+Where files cannot be swapped, where someone has it open or the grace has not
+passed, or where either file is not as this process left it, a version is made
+under a temp name (the prefix copied from the notebook, or the notebook read
+back and written whole, edits kept) and renamed or swapped into place.
 
 The swap skips the writeback a rename over a file starts on ext4, which
 makes a notebook replaced by rename survive a power loss; ``settle()`` (at
@@ -70,9 +72,10 @@ MAX_TRANSCRIPT_BYTES = 1 << 30
 log = logging.getLogger("kernelexec")
 
 # A file swapped out of the notebook's place may still be being read by
-# someone who opened it before: it is written into again only this long
-# after, in seconds, plus its size at this many bytes a second (a page-cache
-# read goes at gigabytes a second; this allows for a slow, busy reader).
+# someone who opened it before. Where the OS cannot say whether anyone has it
+# open (``_workdir.alone``), it is written into again only this long after, in
+# seconds, plus its size at this many bytes a second (a page-cache read goes at
+# gigabytes a second; this allows for a slow, busy reader).
 _READ_GRACE = 0.01
 _READ_RATE = 50e6
 
@@ -277,10 +280,12 @@ class Transcript:
         prefix; the current one's bytes after that (the last write's cells)
         are copied over, then ``new`` and the closing lines written after
         them. False, with the notebook untouched, when either file is not as
-        this process left it or the files cannot be swapped.
+        this process left it, someone has the previous version open (or,
+        where the OS cannot tell, its grace has not passed), or the files
+        cannot be swapped.
         """
         previous = self._previous
-        if previous is None or time.monotonic() < self._reusable_at:
+        if previous is None:
             return False
         self._previous = None  # written into from here: no longer the previous version
         end = written.prefix + len(new)
@@ -289,7 +294,12 @@ class Transcript:
             with (
                 _workdir.open_in(folder, self._name) as current,
                 _open_ours(folder, self._previous_name, previous.identity) as target,
+                _workdir.alone(target) as alone,
             ):
+                # Nobody has it open (and nobody can open it until it is
+                # written), or, where the OS cannot tell, the grace has passed.
+                if not alone and (alone is False or time.monotonic() < self._reusable_at):
+                    return False
                 if _identity(os.fstat(current.fileno())) != written.identity:
                     return False
                 copied = _workdir.copy_range(
@@ -357,9 +367,10 @@ class Transcript:
     def _displaced(self, written: _Written) -> None:
         """Keeps the file just swapped out as the previous version, to be written into later.
 
-        Not at once: a reader that opened it while it was the notebook reads
-        it whole only while nobody writes into it. It is left alone for the
-        time a slow reader takes to read it (``_READ_GRACE``, plus its size at
+        Not while someone has it open: a reader that opened it while it was
+        the notebook reads it whole only while nobody writes into it. Where
+        the OS cannot say who has it open, it is left alone for the time a
+        slow reader takes to read it (``_READ_GRACE``, plus its size at
         ``_READ_RATE``); a write before that makes a new file instead.
         """
         self._previous = written

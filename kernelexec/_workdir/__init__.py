@@ -25,12 +25,14 @@ someone asked to read or upload is refused instead: that file is not
 kernelexec's to repair.
 
 ``_open.py`` walks a path and opens what is there; ``_write.py`` makes
-kernelexec's own files and copies; ``_upload.py`` takes a file someone sends;
+kernelexec's own files and copies; ``_lease.py`` asks whether anyone else has a
+file open; ``_upload.py`` takes a file someone sends;
 ``_tree.py`` lists and removes whole trees; ``_reading.py`` reads an opened file
 from a coroutine. Callers use this package as one
 namespace (``_workdir.open_read``), which is why it re-exports them.
 """
 
+from ._lease import alone
 from ._open import Refused, locate, open_folder, open_in, open_read, parts_of, read_kept
 from ._reading import Reading
 from ._tree import Entry, Listing, list_tree, remove_in, remove_tree
@@ -55,6 +57,7 @@ __all__ = [
     "Reading",
     "Refused",
     "Upload",
+    "alone",
     "copy",
     "copy_data",
     "copy_range",
