@@ -487,6 +487,39 @@ async def test_a_kernel_that_keeps_opening_the_previous_version_reads_no_torn_on
     assert [c.source for c in nb.cells][-2] == "x = 99"
 
 
+async def test_a_kernel_holding_leases_on_the_transcript_neither_stalls_nor_loses_it(
+    tmp_path: Path,
+) -> None:
+    # The kernel's code can take a lease of its own on both files and ignore
+    # the signal that asks for it back: an open of ours would then wait until
+    # the OS takes it (lease-break-time, 45 s by default), with the event loop
+    # stopped. Ours are non-blocking, so the write goes another way at once.
+    import time
+
+    take = (
+        "import fcntl, os, signal\n"
+        "signal.signal(signal.SIGIO, signal.SIG_IGN)\n"
+        "held = []\n"
+        "for name in ('transcript.ipynb', '.transcript.ipynb.previous'):\n"
+        "    fd = os.open(name, os.O_RDONLY)\n"
+        "    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)\n"
+        "    held.append(fd)"
+    )
+    sources = [f"a = {i}" for i in range(3)] + [take] + [f"b = {i}" for i in range(5)]
+    started = time.monotonic()
+    async with AsyncSession(tmp_path) as s:
+        for source in sources:
+            result = await s.execute(source)
+            assert result.ok, result.text
+    assert time.monotonic() - started < 40  # under lease-break-time: nothing waited for it
+    nb = nbformat.read(tmp_path / "transcript.ipynb", as_version=4)
+    nbformat.validate(nb)
+    kept = [c.source for c in nb.cells if c.cell_type == "code"]
+    for aside in tmp_path.glob("transcript.ipynb.broken-*"):  # a file it could not read back
+        kept += [c["source"] for c in json.loads(aside.read_text())["cells"]]
+    assert sorted(kept) == sorted(sources)
+
+
 async def test_a_reader_never_sees_a_torn_transcript(tmp_path: Path) -> None:
     path, stop = tmp_path / "transcript.ipynb", threading.Event()
     seen: list[int] = []
